@@ -1,0 +1,19 @@
+#!/usr/bin/env bash
+# Installs what npullm needs to build and test on Debian 12, from Debian's packages.
+set -euo pipefail
+packages=(
+  build-essential cmake ninja-build pkg-config binutils
+  libcli11-dev nlohmann-json3-dev libfmt-dev libxxhash-dev libgtest-dev libbenchmark-dev
+)
+missing=()
+for p in "${packages[@]}"; do
+  dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
+done
+if [ ${#missing[@]} -gt 0 ]; then
+  SUDO=""
+  [ "$(id -u)" -ne 0 ] && SUDO="sudo"
+  export DEBIAN_FRONTEND=noninteractive
+  $SUDO apt-get update -q
+  $SUDO apt-get install -y -q "${missing[@]}"
+fi
+echo "setup: all packages present"

@@ -1,0 +1,12 @@
+#!/usr/bin/env bash
+# The test command (README and CI run exactly this): set up, build, run every test; then build the
+# GGUF, blob and tokenizer tests with AddressSanitizer + UBSan and run them too.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+scripts/setup.sh
+scripts/build.sh
+ctest --test-dir build --output-on-failure -j2
+cmake -S . -B build-asan -G Ninja -DCMAKE_BUILD_TYPE=Debug -DNPULLM_SANITIZE=ON
+cmake --build build-asan -j2 --target npullm_tests
+ASAN_OPTIONS=detect_leaks=1 UBSAN_OPTIONS=print_stacktrace=1 \
+  build-asan/tests/npullm_tests --gtest_filter='Gguf*:Blob*:Tokenizer*:Dequant*:Kernel*:Compiler*:Driver*'

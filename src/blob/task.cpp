@@ -1,0 +1,21 @@
+// Names of the task op codes, for messages, `inspect` output and logs.
+#include "blob/task.h"
+
+namespace npullm::blob {
+
+const char* op_name(uint32_t op) {
+  // A switch over the raw number (not OpCode) so any value read from a file is safe to pass in.
+  switch (static_cast<OpCode>(op)) {
+    case OpCode::Embed: return "Embed";
+    case OpCode::RmsNorm: return "RmsNorm";
+    case OpCode::MatMul: return "MatMul";
+    case OpCode::Add: return "Add";
+    case OpCode::Rope: return "Rope";
+    case OpCode::ScatterRows: return "ScatterRows";
+    case OpCode::Attention: return "Attention";
+    case OpCode::SwiGlu: return "SwiGlu";
+  }
+  return "?";
+}
+
+}  // namespace npullm::blob

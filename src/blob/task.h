@@ -1,0 +1,67 @@
+// Task descriptors: the instructions a device executes. The compiler writes them into the blob's
+// .npu.tasks section; the driver patches their operand pointers through relocations; the device
+// reads them and decides nothing.
+//
+// Every descriptor has the same fixed size so the section is a plain array. Operand slots hold
+// absolute addresses once relocated (0 = operand absent). The meaning of dims/params per op is
+// listed below; all float tensors are row-major float32 unless an operand type says otherwise.
+#pragma once
+#include <cstdint>
+
+namespace npullm::blob {
+
+enum class OpCode : uint32_t {
+  // out[s, :] = dequant(table[ids[s], :]).  ptr: 0 table (type[0]), 1 ids (i32), 2 out.
+  // dim: 0 S, 1 D (row length), 2 V (rows in table). Ids outside [0, V) give a zero row.
+  Embed = 1,
+  // out[s, :] = x[s, :] / sqrt(mean(x[s, :]^2) + eps) * w.  ptr: 0 x, 1 w (f32 [D]), 2 out.
+  // dim: 0 S, 1 D. fparam 0 eps.
+  RmsNorm = 2,
+  // out[m, n] = sum_k x[m, k] * W[n, k] (+ bias[n]) (+ res[m, n]).
+  // ptr: 0 x (f32 [M,K]), 1 W (type[1], N rows of K), 2 out (f32 [M,N]), 3 bias (f32 [N]) or 0,
+  // 4 res (f32 [M,N]) or 0 (may alias out). dim: 0 M, 1 K, 2 N.
+  MatMul = 3,
+  // out = a + b elementwise.  ptr: 0 a, 1 b, 2 out. dim: 0 count.
+  Add = 4,
+  // Rotary embedding, in place on x[s, h, :] for s < S, h < H, at position pos[s].
+  // ptr: 0 x (f32 [S,H,hd]), 1 pos (i32 [S]). dim: 0 S, 1 H, 2 hd, 3 n_rot (<= hd, even).
+  // fparam: 0 freq_base, 1 freq_scale. iparam 0: 0 = adjacent pairs (GPT-J / llama "normal"),
+  // 2 = halves (GPT-NeoX).
+  Rope = 5,
+  // dst[idx[s], :] = src[s, :] for s < S where 0 <= idx[s] < C; other rows are skipped.
+  // ptr: 0 src (f32 [S,R]), 1 idx (i32 [S]), 2 dst (type[2] in {F32,F16}, [C,R]). dim: 0 S, 1 R, 2 C.
+  ScatterRows = 6,
+  // Scaled dot-product attention with grouped heads and an additive mask.
+  // out[s, h, :] = softmax_t(scale * q[s,h,:].k[t,g,:] + mask[s,t]) . v[t,g,:],  g = h / (H / Hkv).
+  // ptr: 0 q (f32 [S,H,hd]), 1 k (type[1] [C,Hkv,hd]), 2 v (type[2] [C,Hkv,hd]), 3 mask (f32 [S,C]),
+  // 4 out (f32 [S,H,hd]). dim: 0 S, 1 H, 2 Hkv, 3 hd, 4 C. fparam 0 scale.
+  // A row whose mask is -inf everywhere gives zeros.
+  Attention = 7,
+  // out = silu(gate) * up elementwise.  ptr: 0 gate, 1 up, 2 out. dim: 0 count.
+  SwiGlu = 8,
+};
+
+inline constexpr int kMaxOperands = 6;
+inline constexpr int kMaxDims = 6;
+
+struct TaskDesc {
+  uint32_t op;                    // OpCode
+  uint32_t stage;                 // index of the barrier that closes this task's stage
+  uint32_t type[kMaxOperands];    // GgmlType id of each operand (F32 = 0, I32 = 26, ...)
+  uint64_t ptr[kMaxOperands];     // operand addresses, written by relocations
+  int64_t dim[kMaxDims];
+  float fparam[4];
+  int32_t iparam[4];
+};
+static_assert(sizeof(TaskDesc) == 4 + 4 + 24 + 48 + 48 + 16 + 16, "TaskDesc must stay packed");
+
+// Barrier b closes stage b: the device starts no task of stage b+1 until `count` tasks of stage b
+// have signalled completion.
+struct BarrierDesc {
+  uint32_t count;
+  uint32_t reserved;
+};
+
+const char* op_name(uint32_t op);  // "MatMul", ... or "?" for an unknown code
+
+}  // namespace npullm::blob

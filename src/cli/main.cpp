@@ -1,0 +1,32 @@
+// npullm: the command-line tool. Each subcommand lives in its own file (cmd_*.cpp) and registers
+// itself here; errors from any layer are printed as "npullm: error: ..." with exit code 1.
+#include <CLI/CLI.hpp>
+#include <fmt/format.h>
+
+#include "cli/commands.h"
+#include "common/error.h"
+
+int main(int argc, char** argv) {
+  CLI::App app{"npullm: run GGUF language models through ahead-of-time compiled, static-shape blobs"};
+  app.require_subcommand(1);
+  std::vector<std::function<int()>> actions;
+  npullm::cli::add_run(app, actions);
+  npullm::cli::add_compile(app, actions);
+  npullm::cli::add_inspect(app, actions);
+  try {
+    app.parse(argc, argv);
+  } catch (const CLI::ParseError& e) {
+    return app.exit(e);
+  }
+  try {
+    for (auto& a : actions)
+      if (int rc = a(); rc >= 0) return rc;  // -1: that subcommand was not chosen
+  } catch (const npullm::Error& e) {
+    fmt::print(stderr, "npullm: error: {}\n", e.what());
+    return 1;
+  } catch (const std::exception& e) {
+    fmt::print(stderr, "npullm: internal error: {}\n", e.what());
+    return 2;
+  }
+  return 0;
+}

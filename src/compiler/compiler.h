@@ -1,0 +1,32 @@
+// The compiler: IR graph -> passes -> blob.
+//
+//   static_reshape  fix every symbolic dimension (e.g. seq = 64, ctx = 1152)
+//   lift_state      ReadValue/Assign variables become I/O (see passes.h)
+//   schedule        each op becomes one task; stage = 1 + the latest stage among its producers,
+//                   so tasks in one stage are independent and may run concurrently
+//   assign buffers  in-place ops share their input's buffer (see lower.cpp); graph inputs and
+//                   outputs live in user-bound I/O; the rest goes to the scratch arena
+//   plan memory     scratch offsets by liveness over stages (memory_plan.h)
+//   emit            task descriptors, barrier counts and relocations into a BlobImage
+//
+// The compiler knows tensors, ops and state variables; it knows nothing of language models.
+#pragma once
+#include <cstdint>
+#include <map>
+#include <string>
+
+#include "blob/blob_image.h"
+#include "ir/graph.h"
+
+namespace npullm::compiler {
+
+inline constexpr const char* kCompilerVersion = "npullm-compiler-1";
+
+struct CompileOptions {
+  std::string name;                          // blob name (stored in .npu.meta)
+  std::map<std::string, int64_t> symbols;    // values of the graph's dynamic dimensions
+};
+
+blob::BlobImage compile(const ir::Graph& g, const CompileOptions& opt);
+
+}  // namespace npullm::compiler

@@ -1,0 +1,280 @@
+// Scheduling, buffer assignment, memory planning and task emission (the back half of compile()).
+#include <algorithm>
+#include <cstddef>
+#include <nlohmann/json.hpp>
+#include <numeric>
+
+#include "common/error.h"
+#include "compiler/compiler.h"
+#include "compiler/memory_plan.h"
+#include "compiler/passes.h"
+#include "formats/ggml_types.h"
+
+namespace npullm::compiler {
+
+namespace {
+
+using blob::OpCode;
+using ir::Op;
+
+bool is_compute(Op op) {
+  return op != Op::Parameter && op != Op::Weight && op != Op::Result && op != Op::Assign && op != Op::ReadValue;
+}
+
+uint64_t value_bytes(const ir::Node& n) {
+  const auto t = static_cast<GgmlType>(n.type);
+  const int64_t elems = ir::num_elements(n.shape);
+  return ggml_row_bytes(t, elems);
+}
+
+// Union-find over node ids: nodes in one set share one buffer.
+struct AliasSets {
+  std::vector<int> parent;
+  explicit AliasSets(int n) : parent(static_cast<size_t>(n)) { std::iota(parent.begin(), parent.end(), 0); }
+  int find(int x) { return parent[static_cast<size_t>(x)] == x ? x : parent[static_cast<size_t>(x)] = find(parent[static_cast<size_t>(x)]); }
+  void join(int a, int b) { parent[static_cast<size_t>(find(a))] = find(b); }
+};
+
+// Where a buffer lives once the blob is loaded.
+struct Home {
+  enum Kind { None, Scratch, Io, Weight } kind = None;
+  uint32_t index = 0;   // io / weight index, or scratch buffer index
+};
+
+class Lowering {
+ public:
+  explicit Lowering(const ir::Graph& g) : g_(g), sets_(g.size()) {}
+
+  blob::BlobImage run(const CompileOptions& opt) {
+    schedule();
+    assign_aliases();
+    assign_homes();
+    plan();
+    emit();
+    nlohmann::json meta = {{"name", opt.name}, {"compiler", kCompilerVersion}, {"symbols", opt.symbols},
+                           {"tasks", img_.tasks.size()}, {"stages", img_.barriers.size()}};
+    img_.meta_json = meta.dump();
+    return std::move(img_);
+  }
+
+ private:
+  // stage = 1 + max stage of compute producers; inputs, weights and state are ready before stage 0.
+  void schedule() {
+    stage_.assign(static_cast<size_t>(g_.size()), -1);
+    for (int i = 0; i < g_.size(); ++i) {
+      const ir::Node& n = g_.node(i);
+      if (!is_compute(n.op)) {
+        if (n.op == Op::ReadValue || n.op == Op::Assign)
+          fail("compiler: state variable '{}' must be lifted before lowering", n.variable);
+        continue;
+      }
+      int s = 0;
+      for (int in : n.inputs)
+        if (in != ir::kNoInput && stage_[static_cast<size_t>(in)] >= 0) s = std::max(s, stage_[static_cast<size_t>(in)] + 1);
+      stage_[static_cast<size_t>(i)] = s;
+      n_stages_ = std::max(n_stages_, s + 1);
+    }
+  }
+
+  // The last stage that reads node `id`'s value, ignoring reader `except`.
+  int last_reader_stage(int id, int except) const {
+    int last = -1;
+    for (int c : g_.consumers(id))
+      if (c != except && is_compute(g_.node(c).op)) last = std::max(last, stage_[static_cast<size_t>(c)]);
+    return last;
+  }
+
+  // In-place ops write into their input's buffer:
+  //  Rope        always (its input must be an intermediate read by nobody else);
+  //  ScatterRows always (it updates its target; the target may be read only by it);
+  //  MatMul      into its residual input when every other reader of it ran in an earlier stage.
+  void assign_aliases() {
+    for (int i = 0; i < g_.size(); ++i) {
+      const ir::Node& n = g_.node(i);
+      const int s = stage_[static_cast<size_t>(i)];
+      if (n.op == Op::Rope || n.op == Op::ScatterRows) {
+        const int in = n.inputs.at(0);
+        if (last_reader_stage(in, i) >= 0 || g_.consumers(in).size() != 1)
+          fail("compiler: {} '{}' updates its input in place, but '{}' has other readers", ir::op_name(n.op), n.name, g_.node(in).name);
+        if (n.op == Op::Rope && !is_compute(g_.node(in).op))
+          fail("compiler: Rope '{}' needs an intermediate input, '{}' is a graph input", n.name, g_.node(in).name);
+        sets_.join(i, in);
+      } else if (n.op == Op::MatMul && n.inputs.size() > 3 && n.inputs[3] != ir::kNoInput) {
+        const int res = n.inputs[3];
+        if (is_compute(g_.node(res).op) && last_reader_stage(res, i) < s) {
+          sets_.join(i, res);
+          inplace_residual_.push_back(i);
+        }
+      }
+    }
+  }
+
+  uint32_t add_io(const ir::Node& n, blob::IoRole role) {
+    blob::IoDesc io{.name = n.name, .role = role, .type = n.type, .shape = {}, .bytes = value_bytes(n)};
+    for (const ir::Dim& d : n.shape) io.shape.push_back(d.value);
+    for (const blob::IoDesc& other : img_.ios)
+      if (other.name == io.name) fail("compiler: two graph I/Os are named '{}'", io.name);
+    img_.ios.push_back(std::move(io));
+    return static_cast<uint32_t>(img_.ios.size() - 1);
+  }
+
+  void set_home(int id, Home h) {
+    Home& cur = homes_[sets_.find(id)];
+    if (cur.kind != Home::None && cur.kind != Home::Scratch && (cur.kind != h.kind || cur.index != h.index))
+      fail("compiler: '{}' would have to live in two places (an output aliasing an input?)", g_.node(id).name);
+    cur = h;
+  }
+
+  void assign_homes() {
+    for (int i = 0; i < g_.size(); ++i) {
+      const ir::Node& n = g_.node(i);
+      if (n.op == Op::Parameter) {
+        set_home(i, {Home::Io, add_io(n, n.io_role == ir::IoRole::State ? blob::IoRole::State : blob::IoRole::Input)});
+      } else if (n.op == Op::Weight) {
+        blob::WeightRef w{.name = n.name, .type = n.type, .shape = n.weight_dims, .bytes = 0};
+        const int64_t row = n.weight_dims.at(0);
+        w.bytes = ggml_row_bytes(static_cast<GgmlType>(n.type), row) * static_cast<uint64_t>(ir::num_elements(n.shape) / row);
+        img_.weights.push_back(std::move(w));
+        set_home(i, {Home::Weight, static_cast<uint32_t>(img_.weights.size() - 1)});
+      } else if (n.op == Op::Result) {
+        const int src = n.inputs.at(0);
+        if (!is_compute(g_.node(src).op)) fail("compiler: output '{}' must be computed, not a graph input", n.name);
+        set_home(src, {Home::Io, add_io(n, blob::IoRole::Output)});
+      }
+    }
+    // Every remaining compute value gets one scratch buffer per alias set.
+    for (int i = 0; i < g_.size(); ++i) {
+      if (!is_compute(g_.node(i).op)) continue;
+      const int root = sets_.find(i);
+      Home& h = homes_[root];
+      if (h.kind == Home::None) {
+        h = {Home::Scratch, static_cast<uint32_t>(buffers_.size())};
+        buffers_.push_back(BufferUse{.name = g_.node(i).name, .bytes = 0, .first = ~0u, .last = 0});
+      }
+      if (h.kind != Home::Scratch) continue;
+      BufferUse& b = buffers_[h.index];
+      b.bytes = std::max<uint64_t>(b.bytes, value_bytes(g_.node(i)));
+      const uint32_t s = static_cast<uint32_t>(stage_[static_cast<size_t>(i)]);
+      b.first = std::min(b.first, s);
+      b.last = std::max(b.last, s);
+      for (int c : g_.consumers(i))
+        if (is_compute(g_.node(c).op)) b.last = std::max(b.last, static_cast<uint32_t>(stage_[static_cast<size_t>(c)]));
+    }
+  }
+
+  void plan() {
+    img_.scratch_bytes = plan_memory(buffers_);
+    for (const BufferUse& b : buffers_)
+      img_.plan.push_back(blob::PlanEntry{b.name, b.offset, b.bytes, b.first, b.last});
+  }
+
+  // Points operand `slot` of task `t` at node `id`'s buffer through a relocation.
+  void bind_operand(blob::TaskDesc& task, size_t t, int slot, int id) {
+    if (id == ir::kNoInput) return;
+    const Home h = homes_.at(sets_.find(id));
+    blob::Reloc r;
+    r.offset = t * sizeof(blob::TaskDesc) + offsetof(blob::TaskDesc, ptr) + static_cast<uint64_t>(slot) * 8;
+    switch (h.kind) {
+      case Home::Scratch: r.kind = blob::RelocKind::Scratch; r.addend = static_cast<int64_t>(buffers_[h.index].offset); break;
+      case Home::Io: r.kind = blob::RelocKind::Io; r.index = h.index; break;
+      case Home::Weight: r.kind = blob::RelocKind::Weight; r.index = h.index; break;
+      case Home::None: fail("compiler: '{}' has no buffer", g_.node(id).name);
+    }
+    task.type[slot] = g_.node(id).type;
+    img_.relocs.push_back(r);
+  }
+
+  void emit() {
+    std::vector<uint32_t> per_stage(static_cast<size_t>(n_stages_), 0);
+    // Emit in stage order so a device can walk the array front to back.
+    std::vector<int> order;
+    for (int i = 0; i < g_.size(); ++i)
+      if (is_compute(g_.node(i).op)) order.push_back(i);
+    std::stable_sort(order.begin(), order.end(), [&](int a, int b) { return stage_[static_cast<size_t>(a)] < stage_[static_cast<size_t>(b)]; });
+
+    for (int id : order) {
+      const ir::Node& n = g_.node(id);
+      const size_t t = img_.tasks.size();
+      blob::TaskDesc task{};
+      task.stage = static_cast<uint32_t>(stage_[static_cast<size_t>(id)]);
+      per_stage[task.stage]++;
+      auto in = [&](size_t k) { return k < n.inputs.size() ? n.inputs[k] : ir::kNoInput; };
+      auto shape_of = [&](size_t k) -> const ir::Shape& { return g_.node(in(k)).shape; };
+      const int64_t S = n.shape.at(0).value;
+      switch (n.op) {
+        case Op::Embed:
+          task.op = static_cast<uint32_t>(OpCode::Embed);
+          bind_operand(task, t, 0, in(0)); bind_operand(task, t, 1, in(1)); bind_operand(task, t, 2, id);
+          task.dim[0] = S; task.dim[1] = n.shape.at(1).value; task.dim[2] = shape_of(0).at(0).value;
+          break;
+        case Op::RmsNorm:
+          task.op = static_cast<uint32_t>(OpCode::RmsNorm);
+          bind_operand(task, t, 0, in(0)); bind_operand(task, t, 1, in(1)); bind_operand(task, t, 2, id);
+          task.dim[0] = S; task.dim[1] = n.shape.at(1).value; task.fparam[0] = n.eps;
+          break;
+        case Op::MatMul:
+          task.op = static_cast<uint32_t>(OpCode::MatMul);
+          for (int k = 0; k < 2; ++k) bind_operand(task, t, k, in(static_cast<size_t>(k)));
+          bind_operand(task, t, 2, id); bind_operand(task, t, 3, in(2)); bind_operand(task, t, 4, in(3));
+          task.dim[0] = S; task.dim[1] = shape_of(0).at(1).value; task.dim[2] = n.shape.at(1).value;
+          break;
+        case Op::Add:
+        case Op::SwiGlu:
+          task.op = static_cast<uint32_t>(n.op == Op::Add ? OpCode::Add : OpCode::SwiGlu);
+          bind_operand(task, t, 0, in(0)); bind_operand(task, t, 1, in(1)); bind_operand(task, t, 2, id);
+          task.dim[0] = ir::num_elements(n.shape);
+          break;
+        case Op::Rope:
+          task.op = static_cast<uint32_t>(OpCode::Rope);
+          bind_operand(task, t, 0, id); bind_operand(task, t, 1, in(1));
+          task.dim[0] = S; task.dim[1] = n.heads; task.dim[2] = n.shape.at(1).value / n.heads; task.dim[3] = n.n_rot;
+          task.fparam[0] = n.freq_base; task.fparam[1] = n.freq_scale; task.iparam[0] = n.rope_mode;
+          break;
+        case Op::ScatterRows: {
+          task.op = static_cast<uint32_t>(OpCode::ScatterRows);
+          bind_operand(task, t, 0, in(2)); bind_operand(task, t, 1, in(1)); bind_operand(task, t, 2, id);
+          const ir::Shape& tgt = n.shape;
+          task.dim[0] = shape_of(2).at(0).value;
+          task.dim[1] = ir::num_elements(tgt) / tgt.at(0).value;
+          task.dim[2] = tgt.at(0).value;
+          if (ir::num_elements(shape_of(2)) != task.dim[0] * task.dim[1])
+            fail("compiler: ScatterRows '{}': source rows do not match target rows", n.name);
+          break;
+        }
+        case Op::Attention: {
+          task.op = static_cast<uint32_t>(OpCode::Attention);
+          for (int k = 0; k < 4; ++k) bind_operand(task, t, k, in(static_cast<size_t>(k)));
+          bind_operand(task, t, 4, id);
+          const ir::Shape& kshape = shape_of(1);
+          task.dim[0] = S; task.dim[1] = n.heads; task.dim[2] = n.kv_heads;
+          task.dim[3] = n.shape.at(1).value / n.heads; task.dim[4] = kshape.at(0).value;
+          task.fparam[0] = n.scale;
+          break;
+        }
+        default:
+          fail("compiler: no task for op {}", ir::op_name(n.op));
+      }
+      img_.tasks.push_back(task);
+    }
+    for (uint32_t c : per_stage) img_.barriers.push_back(blob::BarrierDesc{c, 0});
+  }
+
+  const ir::Graph& g_;
+  AliasSets sets_;
+  std::vector<int> stage_;
+  int n_stages_ = 0;
+  std::map<int, Home> homes_;
+  std::vector<BufferUse> buffers_;
+  std::vector<int> inplace_residual_;
+  blob::BlobImage img_;
+};
+
+}  // namespace
+
+blob::BlobImage compile(const ir::Graph& g, const CompileOptions& opt) {
+  ir::Graph staticg = static_reshape(g, opt.symbols);
+  ir::Graph lifted = lift_state(staticg);
+  return Lowering(lifted).run(opt);
+}
+
+}  // namespace npullm::compiler

@@ -1,0 +1,23 @@
+// Graph-to-graph passes of the compiler. Each takes a graph and returns the transformed copy.
+#pragma once
+#include <cstdint>
+#include <map>
+#include <string>
+
+#include "ir/graph.h"
+
+namespace npullm::compiler {
+
+// Replaces every symbolic dimension by its value in `symbols`; a symbol without a value, or a
+// value < 1, is an npullm::Error. After this pass every shape is static.
+ir::Graph static_reshape(const ir::Graph& g, const std::map<std::string, int64_t>& symbols);
+
+// Lambda-lifts state: each ReadValue/Assign pair of a variable becomes plain I/O.
+//  - When the Assign stores an in-place update of the value its ReadValue read (ScatterRows on it),
+//    the variable becomes one I/O of role State named after the variable: the blob reads the past
+//    rows from it and writes the new rows into it, so nothing is ever copied back.
+//  - Otherwise ReadValue becomes the input "past.<var>" and Assign the output "present.<var>".
+// A ReadValue without Assign, or two Assigns to one variable, is an npullm::Error.
+ir::Graph lift_state(const ir::Graph& g);
+
+}  // namespace npullm::compiler

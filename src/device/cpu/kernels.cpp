@@ -1,0 +1,332 @@
+// CPU kernels: run-time ISA dispatch, argument checks, the kernels that are cheap enough to stay
+// scalar (embedding lookup, RMSNorm, add, RoPE, KV scatter), and the scalar (W = 1) code path of
+// the hot ones. The loop structure of matmul / attention / swiglu is in kernels_impl.h; see there
+// for the summation order every path follows.
+//
+// This file is compiled for baseline x86-64; kernels_avx2.cpp / kernels_avx512.cpp are only
+// entered after __builtin_cpu_supports() has confirmed every extension they are compiled with.
+#include "device/cpu/kernels.h"
+
+#include <atomic>
+#include <cmath>
+#include <cstdlib>
+#include <cstring>
+#include <string_view>
+
+#include "common/error.h"
+#include "device/cpu/kernels_impl.h"
+
+namespace npullm::cpu {
+
+namespace detail {
+namespace {
+
+// ---- scalar Ops (W = 1) ------------------------------------------------------------------------
+// fma() is a multiply then an add (two roundings): this file is compiled without FMA and, in ISO
+// C++ mode, without contraction, so F32 dot products here sum exactly like llama2.c's matmul.
+
+inline uint16_t u16_at(const uint8_t* p) {
+  uint16_t v;
+  std::memcpy(&v, p, 2);
+  return v;
+}
+
+struct ScalarOps {
+  using V = float;
+  static constexpr int W = 1;
+  static constexpr int TM = 2, TN = 4;  // prefill tile
+  static V zero() { return 0.0f; }
+  static V set1(float f) { return f; }
+  static V load(const float* p) { return *p; }
+  static V load_tail(const float* p, int n) { return n > 0 ? *p : 0.0f; }
+  static void store(float* p, V v) { *p = v; }
+  static void store_tail(float* p, V v, int n) {
+    if (n > 0) *p = v;
+  }
+  static V fma(V a, V b, V c) { return a * b + c; }
+  static V add(V a, V b) { return a + b; }
+  static V sub(V a, V b) { return a - b; }
+  static V mul(V a, V b) { return a * b; }
+  static V div(V a, V b) { return a / b; }
+  static float hsum(V v) { return v; }
+  static V exp(V v) { return std::exp(v); }
+
+  template <GgmlType T>
+  static V load_w(const uint8_t* row, int64_t k) {
+    if constexpr (T == GgmlType::F32) {
+      float f;
+      std::memcpy(&f, row + 4 * k, 4);
+      return f;
+    } else if constexpr (T == GgmlType::F16) {
+      return fp16_to_fp32(u16_at(row + 2 * k));
+    } else {
+      static_assert(T == GgmlType::BF16);
+      return bf16_to_fp32(u16_at(row + 2 * k));
+    }
+  }
+  template <GgmlType T>
+  static V load_w_tail(const uint8_t* row, int64_t k, int n) {
+    return n > 0 ? load_w<T>(row, k) : 0.0f;
+  }
+  template <GgmlType T>
+  static void load_block(const uint8_t* blk, V* out) {
+    const float d = fp16_to_fp32(u16_at(blk));
+    if constexpr (T == GgmlType::Q8_0) {
+      const auto* qs = reinterpret_cast<const int8_t*>(blk + 2);
+      for (int j = 0; j < 32; ++j) out[j] = static_cast<float>(qs[j]) * d;
+    } else {
+      static_assert(T == GgmlType::Q4_0);
+      const uint8_t* qs = blk + 2;
+      for (int j = 0; j < 16; ++j) {
+        out[j] = static_cast<float>((qs[j] & 0x0F) - 8) * d;
+        out[j + 16] = static_cast<float>((qs[j] >> 4) - 8) * d;
+      }
+    }
+  }
+};
+
+void scalar_matmul(const float* x, int64_t M, int64_t K, const void* W, GgmlType wt, size_t row_bytes,
+                   const float* bias, const float* res, float* out, int64_t N, int64_t n0, int64_t n1,
+                   float* work) {
+  matmul_impl<ScalarOps>(x, M, K, W, wt, row_bytes, bias, res, out, N, n0, n1, work);
+}
+void scalar_attention(const float* q, const void* k, GgmlType k_type, const void* v, GgmlType v_type,
+                      const float* mask, float* out, int64_t H, int64_t Hkv, int64_t hd, int64_t C,
+                      float scale, int64_t r0, int64_t r1, float* work) {
+  attention_impl<ScalarOps>(q, k, k_type, v, v_type, mask, out, H, Hkv, hd, C, scale, r0, r1, work);
+}
+void scalar_swiglu(const float* gate, const float* up, float* out, int64_t i0, int64_t i1) {
+  swiglu_impl<ScalarOps>(gate, up, out, i0, i1);
+}
+
+constexpr IsaKernels kScalar{"scalar", scalar_matmul, scalar_attention, scalar_swiglu};
+
+}  // namespace
+
+const IsaKernels& scalar_kernels() { return kScalar; }
+
+}  // namespace detail
+
+// ---- dispatch ------------------------------------------------------------------------------------
+
+namespace {
+
+using detail::IsaKernels;
+
+// 0 = scalar, 1 = avx2, 2 = avx512: paths are ordered, a CPU that runs one runs the lower ones.
+int best_level() {
+#if defined(__x86_64__) || defined(__i386__)
+  __builtin_cpu_init();
+  const bool avx2 = __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") &&
+                    __builtin_cpu_supports("f16c");
+  // The AVX-512 file is compiled with F/BW/VL/DQ (+FMA/F16C); the compiler may emit any of them.
+  // It is also given VNNI/BF16 flags but uses neither (no intrinsics, no int8 dot patterns).
+  const bool avx512 = avx2 && __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
+                      __builtin_cpu_supports("avx512vl") && __builtin_cpu_supports("avx512dq");
+  return avx512 ? 2 : avx2 ? 1 : 0;
+#else
+  return 0;
+#endif
+}
+
+int level_of(std::string_view name) {
+  if (name == "scalar") return 0;
+  if (name == "avx2") return 1;
+  if (name == "avx512") return 2;
+  return -1;
+}
+
+const IsaKernels& kernels_for(int level) {
+#if defined(__x86_64__) || defined(__i386__)
+  if (level == 2) return detail::avx512_kernels();
+  if (level == 1) return detail::avx2_kernels();
+#endif
+  return detail::scalar_kernels();
+}
+
+std::atomic<const IsaKernels*> g_active{nullptr};
+
+const IsaKernels& active() {
+  const IsaKernels* k = g_active.load(std::memory_order_acquire);
+  if (k) return *k;
+  int level = best_level();
+  if (const char* env = std::getenv("NPULLM_ISA")) {
+    // Only a lower (or equal) path may be forced: a higher one would crash on this CPU.
+    const int want = level_of(env);
+    if (want >= 0 && want <= level) level = want;
+  }
+  k = &kernels_for(level);
+  g_active.store(k, std::memory_order_release);
+  return *k;
+}
+
+}  // namespace
+
+const char* kernel_isa() { return active().name; }
+
+bool kernel_force_isa(const char* isa) {
+  const int want = isa ? level_of(isa) : -1;
+  if (want < 0 || want > best_level()) return false;
+  g_active.store(&kernels_for(want), std::memory_order_release);
+  return true;
+}
+
+// ---- checks ------------------------------------------------------------------------------------
+
+namespace {
+
+void check_range(const char* kernel, const char* what, int64_t b, int64_t e, int64_t n) {
+  if (b < 0 || b > e || e > n) fail("{}: {} range [{}, {}) is outside [0, {})", kernel, what, b, e, n);
+}
+
+}  // namespace
+
+// ---- cheap kernels (baseline code) ---------------------------------------------------------------
+
+void embed_rows(GgmlType table_type, const void* table, int64_t V, int64_t D, const int32_t* ids,
+                float* out, int64_t s0, int64_t s1) {
+  if (s0 >= s1) return;
+  if (!ggml_type_traits(table_type).can_dequantize)
+    fail("embed_rows: no dequantiser for table type {}", ggml_type_name(table_type));
+  const size_t row_bytes = ggml_row_bytes(table_type, D);  // throws for partial blocks
+  const auto* t = static_cast<const uint8_t*>(table);
+  for (int64_t s = s0; s < s1; ++s) {
+    const int64_t id = ids[s];
+    float* o = out + s * D;
+    if (id < 0 || id >= V) {
+      std::memset(o, 0, static_cast<size_t>(D) * sizeof(float));
+      continue;
+    }
+    dequantize_row(table_type, t + id * row_bytes, o, D);
+  }
+}
+
+void rmsnorm_rows(const float* x, const float* w, float* out, int64_t D, float eps, int64_t s0, int64_t s1) {
+  if (D <= 0) return;
+  for (int64_t s = s0; s < s1; ++s) {
+    const float* xr = x + s * D;
+    float* o = out + s * D;
+    // Sum of squares in double, four partial sums in a fixed order: exact enough that the mean is
+    // correctly rounded for any practical D, and independent of threads and ISA.
+    double acc[4] = {0.0, 0.0, 0.0, 0.0};
+    int64_t i = 0;
+    for (; i + 4 <= D; i += 4)
+      for (int j = 0; j < 4; ++j) acc[j] += static_cast<double>(xr[i + j]) * xr[i + j];
+    for (; i < D; ++i) acc[0] += static_cast<double>(xr[i]) * xr[i];
+    const double ss = (acc[0] + acc[1]) + (acc[2] + acc[3]);
+    const float scale = 1.0f / std::sqrt(static_cast<float>(ss / static_cast<double>(D)) + eps);
+    for (int64_t j = 0; j < D; ++j) o[j] = (xr[j] * scale) * w[j];  // ggml's order; out may alias x
+  }
+}
+
+void add(const float* a, const float* b, float* out, int64_t i0, int64_t i1) {
+  for (int64_t i = i0; i < i1; ++i) out[i] = a[i] + b[i];
+}
+
+void rope(float* x, const int32_t* pos, int64_t H, int64_t hd, int64_t n_rot, float freq_base,
+          float freq_scale, int mode, int64_t r0, int64_t r1) {
+  if (r0 >= r1) return;
+  if (mode != 0 && mode != 2) fail("rope: mode {} is not supported (0 = normal, 2 = NeoX)", mode);
+  if (n_rot < 0 || n_rot > hd || n_rot % 2 != 0)
+    fail("rope: n_rot {} must be even and at most the head size {}", n_rot, hd);
+  if (H <= 0) fail("rope: H must be positive, got {}", H);
+  const int64_t half = n_rot / 2;
+  // cos/sin of the current position, computed in double once per token (not per head) and kept
+  // on the stack; wider rotations than this are computed per row.
+  constexpr int64_t kMaxPairs = 512;
+  float cs[kMaxPairs], sn[kMaxPairs];
+  int64_t cached_s = -1;
+  auto angles = [&](int64_t s) {
+    for (int64_t i = 0; i < half; ++i) {
+      const double inv_freq = std::pow(static_cast<double>(freq_base), -2.0 * static_cast<double>(i) / n_rot);
+      const double theta = static_cast<double>(pos[s]) * freq_scale * inv_freq;
+      cs[i] = static_cast<float>(std::cos(theta));
+      sn[i] = static_cast<float>(std::sin(theta));
+    }
+  };
+  for (int64_t r = r0; r < r1; ++r) {
+    const int64_t s = r / H;
+    float* v = x + r * hd;
+    if (half <= kMaxPairs) {
+      if (s != cached_s) {
+        angles(s);
+        cached_s = s;
+      }
+    }
+    for (int64_t i = 0; i < half; ++i) {
+      float c, sv;
+      if (half <= kMaxPairs) {
+        c = cs[i];
+        sv = sn[i];
+      } else {
+        const double theta = static_cast<double>(pos[s]) * freq_scale *
+                             std::pow(static_cast<double>(freq_base), -2.0 * static_cast<double>(i) / n_rot);
+        c = static_cast<float>(std::cos(theta));
+        sv = static_cast<float>(std::sin(theta));
+      }
+      const int64_t ia = mode == 0 ? 2 * i : i;
+      const int64_t ib = mode == 0 ? 2 * i + 1 : i + half;
+      const float a = v[ia], b = v[ib];
+      v[ia] = a * c - b * sv;
+      v[ib] = a * sv + b * c;
+    }
+  }
+}
+
+void scatter_rows(const float* src, const int32_t* idx, void* dst, GgmlType dst_type, int64_t R,
+                  int64_t C, int64_t s0, int64_t s1) {
+  if (dst_type != GgmlType::F32 && dst_type != GgmlType::F16)
+    fail("scatter_rows: destination type {} is not supported (F32 or F16)", ggml_type_name(dst_type));
+  for (int64_t s = s0; s < s1; ++s) {
+    const int64_t i = idx[s];
+    if (i < 0 || i >= C) continue;
+    const float* row = src + s * R;
+    if (dst_type == GgmlType::F32) {
+      std::memcpy(static_cast<float*>(dst) + i * R, row, static_cast<size_t>(R) * sizeof(float));
+    } else {
+      uint16_t* d = static_cast<uint16_t*>(dst) + i * R;
+      for (int64_t j = 0; j < R; ++j) d[j] = fp32_to_fp16(row[j]);
+    }
+  }
+}
+
+// ---- hot kernels: check, then the chosen ISA -----------------------------------------------------
+
+int64_t matmul_work_floats(int64_t K) {
+  return detail::kAccFloats + detail::kBlockRows * (K > 0 ? K : 0);  // accumulators + dequantised rows
+}
+int64_t attention_work_floats(int64_t C) { return C > 0 ? C : 0; }
+
+void matmul(const float* x, int64_t M, int64_t K, const void* W, GgmlType wt, const float* bias,
+            const float* res, float* out, int64_t N, int64_t n0, int64_t n1, float* work) {
+  check_range("matmul", "output", n0, n1, N);
+  if (M < 0 || K < 0) fail("matmul: bad shape M={} K={}", M, K);
+  if (!ggml_type_known(static_cast<uint32_t>(wt)) || !ggml_type_traits(wt).can_dequantize)
+    fail("matmul: weight type {} is not supported", static_cast<uint32_t>(wt));
+  const size_t row_bytes = ggml_row_bytes(wt, K);  // throws when K is not whole blocks
+  if (M == 0 || n0 == n1) return;
+  const bool needs_work = M > 1 || !detail::has_loader(wt);
+  if (needs_work && work == nullptr) fail("matmul: {} weights with M={} need a work buffer", ggml_type_name(wt), M);
+  active().matmul(x, M, K, W, wt, row_bytes, bias, res, out, N, n0, n1, work);
+}
+
+void swiglu(const float* gate, const float* up, float* out, int64_t i0, int64_t i1) {
+  if (i0 >= i1) return;
+  active().swiglu(gate, up, out, i0, i1);
+}
+
+void attention(const float* q, const void* k, GgmlType k_type, const void* v, GgmlType v_type,
+               const float* mask, float* out, int64_t H, int64_t Hkv, int64_t hd, int64_t C,
+               float scale, int64_t r0, int64_t r1, float* work) {
+  if (r0 >= r1) return;
+  auto kv_ok = [](GgmlType t) { return t == GgmlType::F32 || t == GgmlType::F16; };
+  if (!kv_ok(k_type) || !kv_ok(v_type))
+    fail("attention: K/V cache types must be F32 or F16, got {} / {}", static_cast<uint32_t>(k_type),
+         static_cast<uint32_t>(v_type));
+  if (H <= 0 || Hkv <= 0 || H % Hkv != 0) fail("attention: {} heads cannot share {} KV heads", H, Hkv);
+  if (hd <= 0 || C < 0) fail("attention: bad head size {} or cache length {}", hd, C);
+  if (C > 0 && work == nullptr) fail("attention: needs a work buffer of {} floats", C);
+  active().attention(q, k, k_type, v, v_type, mask, out, H, Hkv, hd, C, scale, r0, r1, work);
+}
+
+}  // namespace npullm::cpu

@@ -1,0 +1,73 @@
+// CPU kernels. Each computes the slice [begin, end) of its parallel dimension so the worker pool
+// can split one task across threads; results never depend on how the range is split (every output
+// element is computed by the same sequence of operations whatever the thread count).
+//
+// `work` is per-thread scratch owned by the device, at least kernel_work_floats(...) floats.
+// Implementations pick the fastest code path the running CPU supports (checked at run time).
+#pragma once
+#include <cstdint>
+
+#include "formats/ggml_types.h"
+
+namespace npullm::cpu {
+
+// out[s, :] = dequant(table[ids[s], :]) for s in [s0, s1); ids outside [0, V) give zeros.
+void embed_rows(GgmlType table_type, const void* table, int64_t V, int64_t D, const int32_t* ids,
+                float* out, int64_t s0, int64_t s1);
+
+// out[s, :] = x[s, :] * w / sqrt(mean(x[s, :]^2) + eps) for rows s in [s0, s1). out may alias x.
+void rmsnorm_rows(const float* x, const float* w, float* out, int64_t D, float eps, int64_t s0, int64_t s1);
+
+// out[m, n] = sum_k x[m, k] * W[n, k] + bias[n] + res[m, n], for all m < M and n in [n0, n1).
+// W is N rows of K elements of type wt (row stride ggml_row_bytes(wt, K)). bias/res may be null;
+// res may alias out. Supported wt: F32, F16, BF16, Q8_0, Q4_0 (vectorised), and any other type
+// dequantize_row() supports (dequantise-then-dot); others throw npullm::Error.
+// Every out[m, n] equals the float dot product of x[m, :] with the exactly dequantised row n,
+// accumulated in one fixed order per code path, so M = 1 (decode) and M > 1 (prefill) agree bit
+// for bit. work: matmul_work_floats(K) floats; may be null when M == 1 and wt is F32, F16, BF16,
+// Q8_0 or Q4_0 (decode streams the weights without scratch).
+void matmul(const float* x, int64_t M, int64_t K, const void* W, GgmlType wt, const float* bias,
+            const float* res, float* out, int64_t N, int64_t n0, int64_t n1, float* work);
+
+// out[i] = a[i] + b[i] for i in [i0, i1).
+void add(const float* a, const float* b, float* out, int64_t i0, int64_t i1);
+
+// out[i] = silu(gate[i]) * up[i] for i in [i0, i1); silu(x) = x / (1 + exp(-x)).
+void swiglu(const float* gate, const float* up, float* out, int64_t i0, int64_t i1);
+
+// Rotary embedding in place on x viewed as [S, H, hd]; r in [r0, r1) indexes (s, h) = (r / H, r % H).
+// theta_i = pos[s] * freq_scale * base^(-2i / n_rot) for pair i < n_rot / 2.
+// mode 0: pairs (2i, 2i+1) (llama "normal"); mode 2: pairs (i, i + n_rot/2) (NeoX). Dims >= n_rot
+// are left as they are.
+void rope(float* x, const int32_t* pos, int64_t H, int64_t hd, int64_t n_rot, float freq_base,
+          float freq_scale, int mode, int64_t r0, int64_t r1);
+
+// dst[idx[s], :] = src[s, :] (converted to dst_type: F32 or F16) for s in [s0, s1) with
+// 0 <= idx[s] < C; other rows are skipped. R is the row length in elements (src rows and dst
+// rows alike), C the number of dst rows.
+void scatter_rows(const float* src, const int32_t* idx, void* dst, GgmlType dst_type, int64_t R,
+                  int64_t C, int64_t s0, int64_t s1);
+
+// Grouped-query attention over a cache of C rows; r in [r0, r1) indexes (s, h) = (r / H, r % H).
+// out[s,h,:] = sum_t p[t] v[t,g,:], p = softmax_t(scale * q[s,h,:].k[t,g,:] + mask[s,t]),
+// g = h / (H / Hkv). k, v are [C, Hkv, hd] of type F32 or F16. A fully masked row gives zeros.
+// work: at least C floats.
+void attention(const float* q, const void* k, GgmlType k_type, const void* v, GgmlType v_type,
+               const float* mask, float* out, int64_t H, int64_t Hkv, int64_t hd, int64_t C,
+               float scale, int64_t r0, int64_t r1, float* work);
+
+// Per-thread scratch a matmul with this K / an attention over C rows needs, in floats.
+int64_t matmul_work_floats(int64_t K);
+int64_t attention_work_floats(int64_t C);
+
+// What the dispatcher chose on this CPU ("avx512", "avx2" or "scalar"), for logs and bench.
+// The choice is the best path the CPU supports; the environment variable NPULLM_ISA=scalar|avx2|
+// avx512 (read once, at the first kernel call) may force a lower one.
+const char* kernel_isa();
+
+// Forces the code path `isa` ("scalar", "avx2" or "avx512") for later kernel calls, for tests and
+// benchmarks. Returns false and changes nothing when the CPU cannot run it or the name is unknown.
+// Not to be called while kernels are running on other threads.
+bool kernel_force_isa(const char* isa);
+
+}  // namespace npullm::cpu

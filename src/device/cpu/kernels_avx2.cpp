@@ -1,0 +1,152 @@
+// AVX2 + FMA + F16C code path (W = 8 lanes). Compiled with -mavx2 -mfma -mf16c and entered only
+// after kernels.cpp has checked all three at run time. See kernels_impl.h for the linkage rule
+// (nothing here may have external linkage except avx2_kernels) and the summation order.
+#include <immintrin.h>
+
+#include <cstring>
+
+#include "device/cpu/kernels_impl.h"
+
+namespace npullm::cpu::detail {
+namespace {
+
+inline uint16_t u16_at(const uint8_t* p) {
+  uint16_t v;
+  std::memcpy(&v, p, 2);
+  return v;
+}
+
+// Lane mask with the first n of 8 lanes set (0 <= n <= 8), for maskload / maskstore.
+inline __m256i first_lanes(int n) {
+  return _mm256_cmpgt_epi32(_mm256_set1_epi32(n), _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7));
+}
+
+struct Avx2Ops {
+  using V = __m256;
+  static constexpr int W = 8;
+  static constexpr int TM = 2, TN = 4;  // prefill tile: 8 accumulators + 2 x + 1 w of 16 registers
+  static V zero() { return _mm256_setzero_ps(); }
+  static V set1(float f) { return _mm256_set1_ps(f); }
+  static V load(const float* p) { return _mm256_loadu_ps(p); }
+  static V load_tail(const float* p, int n) { return _mm256_maskload_ps(p, first_lanes(n)); }
+  static void store(float* p, V v) { _mm256_storeu_ps(p, v); }
+  static void store_tail(float* p, V v, int n) { _mm256_maskstore_ps(p, first_lanes(n), v); }
+  static V fma(V a, V b, V c) { return _mm256_fmadd_ps(a, b, c); }
+  static V add(V a, V b) { return _mm256_add_ps(a, b); }
+  static V sub(V a, V b) { return _mm256_sub_ps(a, b); }
+  static V mul(V a, V b) { return _mm256_mul_ps(a, b); }
+  static V div(V a, V b) { return _mm256_div_ps(a, b); }
+
+  // Fixed tree: (l0+l4, l1+l5, l2+l6, l3+l7) -> (a0+a2, a1+a3) -> b0+b1.
+  static float hsum(V v) {
+    __m128 a = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
+    a = _mm_add_ps(a, _mm_movehl_ps(a, a));
+    a = _mm_add_ss(a, _mm_shuffle_ps(a, a, 1));
+    return _mm_cvtss_f32(a);
+  }
+
+  // e^x: x = n ln2 + r with |r| <= ln2/2 (ln2 split in two for an exact n ln2), e^r by its
+  // degree-7 Taylor polynomial (truncation < 1e-8 relative), times 2^n built in the exponent
+  // field. About 2 ulp. Inputs below -87.3 give 0 (so -inf gives 0), above 88.72 give +inf, and
+  // those in (88, 88.72] give e^88 = 1.65e38 (2^n must stay below 2^128): only results that big
+  // are inexact, which neither softmax (inputs <= 0) nor silu (a quotient near 0) can notice.
+  static V exp(V x) {
+    const V lo_mask = _mm256_cmp_ps(x, _mm256_set1_ps(-87.33654f), _CMP_LT_OQ);
+    const V hi_mask = _mm256_cmp_ps(x, _mm256_set1_ps(88.72283f), _CMP_GT_OQ);
+    x = _mm256_min_ps(_mm256_max_ps(x, _mm256_set1_ps(-87.33654f)), _mm256_set1_ps(88.0f));
+    const V n = _mm256_round_ps(_mm256_mul_ps(x, _mm256_set1_ps(1.44269504088896341f)),
+                                _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+    V r = _mm256_fnmadd_ps(n, _mm256_set1_ps(0.693359375f), x);
+    r = _mm256_fnmadd_ps(n, _mm256_set1_ps(-2.12194440e-4f), r);
+    V p = _mm256_set1_ps(1.0f / 5040.0f);
+    p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(1.0f / 720.0f));
+    p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(1.0f / 120.0f));
+    p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(1.0f / 24.0f));
+    p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(1.0f / 6.0f));
+    p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(0.5f));
+    p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(1.0f));
+    p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(1.0f));
+    const __m256i e = _mm256_slli_epi32(_mm256_add_epi32(_mm256_cvtps_epi32(n), _mm256_set1_epi32(127)), 23);
+    V y = _mm256_mul_ps(p, _mm256_castsi256_ps(e));
+    y = _mm256_andnot_ps(lo_mask, y);
+    return _mm256_blendv_ps(y, _mm256_set1_ps(__builtin_inff()), hi_mask);
+  }
+
+  // 8 halves / bfloat16s -> 8 floats (exact).
+  static V cvt_f16(__m128i h) { return _mm256_cvtph_ps(h); }
+  static V cvt_bf16(__m128i h) { return _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_cvtepu16_epi32(h), 16)); }
+
+  template <GgmlType T>
+  static V load_w(const uint8_t* row, int64_t k) {
+    if constexpr (T == GgmlType::F32) {
+      return _mm256_loadu_ps(reinterpret_cast<const float*>(row) + k);
+    } else {
+      const __m128i h = _mm_loadu_si128(reinterpret_cast<const __m128i*>(row + 2 * k));
+      if constexpr (T == GgmlType::F16) return cvt_f16(h);
+      else return cvt_bf16(h);
+    }
+  }
+  template <GgmlType T>
+  static V load_w_tail(const uint8_t* row, int64_t k, int n) {
+    if constexpr (T == GgmlType::F32) {
+      return load_tail(reinterpret_cast<const float*>(row) + k, n);
+    } else {
+      // No 16-bit masked load in AVX2: copy the n halves into a zeroed buffer.
+      alignas(16) uint16_t tmp[8] = {0, 0, 0, 0, 0, 0, 0, 0};
+      std::memcpy(tmp, row + 2 * k, static_cast<size_t>(n) * 2);
+      const __m128i h = _mm_load_si128(reinterpret_cast<const __m128i*>(tmp));
+      if constexpr (T == GgmlType::F16) return cvt_f16(h);
+      else return cvt_bf16(h);
+    }
+  }
+
+  // The 32 values of a block as 4 vectors, each element q * d in one rounding (as dequantize_row).
+  template <GgmlType T>
+  static void load_block(const uint8_t* blk, V* out) {
+    const V d = _mm256_set1_ps(_cvtsh_ss(u16_at(blk)));
+    if constexpr (T == GgmlType::Q8_0) {
+#pragma GCC unroll 4
+      for (int c = 0; c < 4; ++c) {
+        const __m128i q8 = _mm_loadl_epi64(reinterpret_cast<const __m128i*>(blk + 2 + 8 * c));
+        out[c] = _mm256_mul_ps(_mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(q8)), d);
+      }
+    } else {
+      static_assert(T == GgmlType::Q4_0);
+      // Byte j holds element j (low nibble) and j + 16 (high nibble).
+      const __m128i qs = _mm_loadu_si128(reinterpret_cast<const __m128i*>(blk + 2));
+      const __m256i b0 = _mm256_cvtepu8_epi32(qs);                     // bytes 0..7
+      const __m256i b1 = _mm256_cvtepu8_epi32(_mm_srli_si128(qs, 8));  // bytes 8..15
+      const __m256i low = _mm256_set1_epi32(0x0F), eight = _mm256_set1_epi32(8);
+      const __m256i q[4] = {
+          _mm256_sub_epi32(_mm256_and_si256(b0, low), eight),   // elements 0..7
+          _mm256_sub_epi32(_mm256_and_si256(b1, low), eight),   // 8..15
+          _mm256_sub_epi32(_mm256_srli_epi32(b0, 4), eight),    // 16..23
+          _mm256_sub_epi32(_mm256_srli_epi32(b1, 4), eight),    // 24..31
+      };
+#pragma GCC unroll 4
+      for (int c = 0; c < 4; ++c) out[c] = _mm256_mul_ps(_mm256_cvtepi32_ps(q[c]), d);
+    }
+  }
+};
+
+void avx2_matmul(const float* x, int64_t M, int64_t K, const void* W, GgmlType wt, size_t row_bytes,
+                 const float* bias, const float* res, float* out, int64_t N, int64_t n0, int64_t n1,
+                 float* work) {
+  matmul_impl<Avx2Ops>(x, M, K, W, wt, row_bytes, bias, res, out, N, n0, n1, work);
+}
+void avx2_attention(const float* q, const void* k, GgmlType k_type, const void* v, GgmlType v_type,
+                    const float* mask, float* out, int64_t H, int64_t Hkv, int64_t hd, int64_t C,
+                    float scale, int64_t r0, int64_t r1, float* work) {
+  attention_impl<Avx2Ops>(q, k, k_type, v, v_type, mask, out, H, Hkv, hd, C, scale, r0, r1, work);
+}
+void avx2_swiglu(const float* gate, const float* up, float* out, int64_t i0, int64_t i1) {
+  swiglu_impl<Avx2Ops>(gate, up, out, i0, i1);
+}
+
+constexpr IsaKernels kAvx2{"avx2", avx2_matmul, avx2_attention, avx2_swiglu};
+
+}  // namespace
+
+const IsaKernels& avx2_kernels() { return kAvx2; }
+
+}  // namespace npullm::cpu::detail

@@ -1,0 +1,144 @@
+// AVX-512 code path (W = 16 lanes), using F, BW (16-bit masked loads), VL and DQ, plus FMA/F16C.
+// The build also passes VNNI/BF16 flags for later int8 / bf16 kernels; nothing here uses them, and
+// kernels.cpp checks F/BW/VL/DQ (and AVX2/FMA/F16C) before entering. See kernels_impl.h for the
+// linkage rule (nothing here may have external linkage except avx512_kernels) and the summation
+// order.
+// GCC 12's avx512fintrin.h initialises its "undefined" vectors from themselves, which trips
+// -W(maybe-)uninitialized wherever the conversions are inlined: a false positive in the header.
+#if defined(__GNUC__) && !defined(__clang__)
+#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
+#pragma GCC diagnostic ignored "-Wuninitialized"
+#endif
+#include <immintrin.h>
+
+#include <cstring>
+
+#include "device/cpu/kernels_impl.h"
+
+namespace npullm::cpu::detail {
+namespace {
+
+inline uint16_t u16_at(const uint8_t* p) {
+  uint16_t v;
+  std::memcpy(&v, p, 2);
+  return v;
+}
+
+inline __mmask16 first_lanes(int n) { return static_cast<__mmask16>((1u << n) - 1u); }
+
+struct Avx512Ops {
+  using V = __m512;
+  static constexpr int W = 16;
+  static constexpr int TM = 4, TN = 4;  // prefill tile: 16 accumulators + 4 x + 1 w of 32 registers
+  static V zero() { return _mm512_setzero_ps(); }
+  static V set1(float f) { return _mm512_set1_ps(f); }
+  static V load(const float* p) { return _mm512_loadu_ps(p); }
+  static V load_tail(const float* p, int n) { return _mm512_maskz_loadu_ps(first_lanes(n), p); }
+  static void store(float* p, V v) { _mm512_storeu_ps(p, v); }
+  static void store_tail(float* p, V v, int n) { _mm512_mask_storeu_ps(p, first_lanes(n), v); }
+  static V fma(V a, V b, V c) { return _mm512_fmadd_ps(a, b, c); }
+  static V add(V a, V b) { return _mm512_add_ps(a, b); }
+  static V sub(V a, V b) { return _mm512_sub_ps(a, b); }
+  static V mul(V a, V b) { return _mm512_mul_ps(a, b); }
+  static V div(V a, V b) { return _mm512_div_ps(a, b); }
+
+  // Fixed tree: 256-bit halves, then 128-bit halves, then as in the AVX2 path.
+  static float hsum(V v) {
+    const __m256 h = _mm256_add_ps(_mm512_castps512_ps256(v), _mm512_extractf32x8_ps(v, 1));
+    __m128 a = _mm_add_ps(_mm256_castps256_ps128(h), _mm256_extractf128_ps(h, 1));
+    a = _mm_add_ps(a, _mm_movehl_ps(a, a));
+    a = _mm_add_ss(a, _mm_shuffle_ps(a, a, 1));
+    return _mm_cvtss_f32(a);
+  }
+
+  // e^x, the same algorithm and constants as Avx2Ops::exp (so both paths agree lane for lane).
+  static V exp(V x) {
+    const __mmask16 lo = _mm512_cmp_ps_mask(x, _mm512_set1_ps(-87.33654f), _CMP_LT_OQ);
+    const __mmask16 hi = _mm512_cmp_ps_mask(x, _mm512_set1_ps(88.72283f), _CMP_GT_OQ);
+    x = _mm512_min_ps(_mm512_max_ps(x, _mm512_set1_ps(-87.33654f)), _mm512_set1_ps(88.0f));
+    const V n = _mm512_roundscale_ps(_mm512_mul_ps(x, _mm512_set1_ps(1.44269504088896341f)),
+                                     _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+    V r = _mm512_fnmadd_ps(n, _mm512_set1_ps(0.693359375f), x);
+    r = _mm512_fnmadd_ps(n, _mm512_set1_ps(-2.12194440e-4f), r);
+    V p = _mm512_set1_ps(1.0f / 5040.0f);
+    p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.0f / 720.0f));
+    p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.0f / 120.0f));
+    p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.0f / 24.0f));
+    p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.0f / 6.0f));
+    p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(0.5f));
+    p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.0f));
+    p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.0f));
+    const __m512i e = _mm512_slli_epi32(_mm512_add_epi32(_mm512_cvtps_epi32(n), _mm512_set1_epi32(127)), 23);
+    V y = _mm512_mul_ps(p, _mm512_castsi512_ps(e));
+    y = _mm512_maskz_mov_ps(static_cast<__mmask16>(~lo), y);
+    return _mm512_mask_mov_ps(y, hi, _mm512_set1_ps(__builtin_inff()));
+  }
+
+  static V cvt_f16(__m256i h) { return _mm512_cvtph_ps(h); }
+  static V cvt_bf16(__m256i h) { return _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(h), 16)); }
+
+  template <GgmlType T>
+  static V load_w(const uint8_t* row, int64_t k) {
+    if constexpr (T == GgmlType::F32) {
+      return _mm512_loadu_ps(reinterpret_cast<const float*>(row) + k);
+    } else {
+      const __m256i h = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(row + 2 * k));
+      if constexpr (T == GgmlType::F16) return cvt_f16(h);
+      else return cvt_bf16(h);
+    }
+  }
+  template <GgmlType T>
+  static V load_w_tail(const uint8_t* row, int64_t k, int n) {
+    if constexpr (T == GgmlType::F32) {
+      return load_tail(reinterpret_cast<const float*>(row) + k, n);
+    } else {
+      const __m256i h = _mm256_maskz_loadu_epi16(first_lanes(n), row + 2 * k);  // AVX512BW+VL
+      if constexpr (T == GgmlType::F16) return cvt_f16(h);
+      else return cvt_bf16(h);
+    }
+  }
+
+  // The 32 values of a block as 2 vectors, each element q * d in one rounding (as dequantize_row).
+  template <GgmlType T>
+  static void load_block(const uint8_t* blk, V* out) {
+    const V d = _mm512_set1_ps(_cvtsh_ss(u16_at(blk)));
+    if constexpr (T == GgmlType::Q8_0) {
+#pragma GCC unroll 2
+      for (int c = 0; c < 2; ++c) {
+        const __m128i q8 = _mm_loadu_si128(reinterpret_cast<const __m128i*>(blk + 2 + 16 * c));
+        out[c] = _mm512_mul_ps(_mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(q8)), d);
+      }
+    } else {
+      static_assert(T == GgmlType::Q4_0);
+      // Byte j holds element j (low nibble) and j + 16 (high nibble).
+      const __m512i b = _mm512_cvtepu8_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(blk + 2)));
+      const __m512i eight = _mm512_set1_epi32(8);
+      const __m512i lo = _mm512_sub_epi32(_mm512_and_si512(b, _mm512_set1_epi32(0x0F)), eight);
+      const __m512i hi = _mm512_sub_epi32(_mm512_srli_epi32(b, 4), eight);
+      out[0] = _mm512_mul_ps(_mm512_cvtepi32_ps(lo), d);
+      out[1] = _mm512_mul_ps(_mm512_cvtepi32_ps(hi), d);
+    }
+  }
+};
+
+void avx512_matmul(const float* x, int64_t M, int64_t K, const void* W, GgmlType wt, size_t row_bytes,
+                   const float* bias, const float* res, float* out, int64_t N, int64_t n0, int64_t n1,
+                   float* work) {
+  matmul_impl<Avx512Ops>(x, M, K, W, wt, row_bytes, bias, res, out, N, n0, n1, work);
+}
+void avx512_attention(const float* q, const void* k, GgmlType k_type, const void* v, GgmlType v_type,
+                      const float* mask, float* out, int64_t H, int64_t Hkv, int64_t hd, int64_t C,
+                      float scale, int64_t r0, int64_t r1, float* work) {
+  attention_impl<Avx512Ops>(q, k, k_type, v, v_type, mask, out, H, Hkv, hd, C, scale, r0, r1, work);
+}
+void avx512_swiglu(const float* gate, const float* up, float* out, int64_t i0, int64_t i1) {
+  swiglu_impl<Avx512Ops>(gate, up, out, i0, i1);
+}
+
+constexpr IsaKernels kAvx512{"avx512", avx512_matmul, avx512_attention, avx512_swiglu};
+
+}  // namespace
+
+const IsaKernels& avx512_kernels() { return kAvx512; }
+
+}  // namespace npullm::cpu::detail

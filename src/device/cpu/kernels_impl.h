@@ -1,0 +1,417 @@
+// Internal to the CPU kernels (not for other layers): the loop structure of the hot kernels,
+// written once as templates over an `Ops` class of vector primitives, and the table of entry
+// points each instruction-set file exports.
+//
+// Files:  kernels.cpp         baseline x86-64: dispatch, argument checks, the cheap kernels, and
+//                             the scalar Ops (W = 1)
+//         kernels_avx2.cpp    AVX2 + FMA + F16C Ops (W = 8)
+//         kernels_avx512.cpp  AVX-512 F/BW/VL/DQ Ops (W = 16)
+//
+// Linkage rule. Each ISA file defines its Ops in an anonymous namespace and instantiates the
+// templates below with it, and everything in this header is in an anonymous namespace too, so
+// every instantiation is private to one file and compiled with that file's flags only. An inline
+// function with external linkage compiled in the AVX-512 file could otherwise be chosen by the
+// linker for baseline callers as well and crash CPUs without AVX-512. For the same reason the ISA
+// files use no standard-library templates and do not include fmt or common/error.h: argument checks
+// and errors all live in kernels.cpp, which calls the ISA entry points only with valid arguments.
+//
+// Summation order. A dot product of length K in a path with W lanes keeps one W-lane accumulator:
+// element k is added (fused multiply-add, or multiply then add for W = 1) to lane k % W, in
+// increasing k, with zeros in the lanes past K; the lanes are then summed by a fixed tree (hsum).
+// Every tile shape and every weight type follows this order, so an output never depends on the
+// tile it fell in, on the [n0, n1) split, or on M; dequantised values are exact, so fused
+// dequantise-and-dot equals dequantise-into-work then dot. Parallelism comes from computing
+// several outputs at once (one chain each), not from splitting a chain.
+#pragma once
+#include <cstddef>
+#include <cstdint>
+
+#include "formats/ggml_types.h"
+
+namespace npullm::cpu::detail {
+
+// Entry points of one ISA; arguments are already validated by kernels.cpp.
+struct IsaKernels {
+  const char* name;
+  // As cpu::matmul, with row_bytes = ggml_row_bytes(wt, K). Types other than F32, F16, BF16,
+  // Q8_0 and Q4_0 go through dequantize_row().
+  void (*matmul)(const float* x, int64_t M, int64_t K, const void* W, GgmlType wt, size_t row_bytes,
+                 const float* bias, const float* res, float* out, int64_t N, int64_t n0, int64_t n1,
+                 float* work);
+  // As cpu::attention; k_type, v_type are F32 or F16, H a multiple of Hkv.
+  void (*attention)(const float* q, const void* k, GgmlType k_type, const void* v, GgmlType v_type,
+                    const float* mask, float* out, int64_t H, int64_t Hkv, int64_t hd, int64_t C,
+                    float scale, int64_t r0, int64_t r1, float* work);
+  void (*swiglu)(const float* gate, const float* up, float* out, int64_t i0, int64_t i1);
+};
+
+const IsaKernels& scalar_kernels();  // kernels.cpp
+const IsaKernels& avx2_kernels();    // kernels_avx2.cpp
+const IsaKernels& avx512_kernels();  // kernels_avx512.cpp
+
+namespace {
+
+// Fully unrolls a loop with a compile-time trip count (tile rows / columns, chunks of a block).
+// GCC at -O2 keeps such loops rolled, and then the tile's accumulator arrays live on the stack
+// instead of in registers, which costs several times the speed.
+#define NPULLM_UNROLL _Pragma("GCC unroll 16")
+
+// Rows of W per decode (M = 1) tile: four independent accumulation chains hide FMA latency.
+constexpr int kGemvRows = 4;
+// Prefill (M > 1) blocking. kBlockRows rows of W are dequantised into `work` at a time and reused
+// for all M rows of x. Within a block the product runs in K slices of kSliceK elements, for
+// kChunkM rows of x at a time, so the x rows and weight rows a tile touches stay in L1/L2; each
+// output's accumulator vector is parked in `work` between slices (stored and reloaded exactly, so
+// the chain, and the result, is the same as one pass over K). Tiles are Ops::TM rows of x by
+// Ops::TN rows of W, TM * TN chains in registers.
+constexpr int64_t kBlockRows = 16;
+constexpr int64_t kSliceK = 256;  // a multiple of every W
+constexpr int64_t kChunkM = 32;
+constexpr int64_t kMaxLanes = 16;  // the widest W; sizes the accumulator area of `work`
+constexpr int64_t kAccFloats = kChunkM * kBlockRows * kMaxLanes;
+
+constexpr bool is_q32(GgmlType t) { return t == GgmlType::Q8_0 || t == GgmlType::Q4_0; }
+constexpr int64_t q32_bytes(GgmlType t) { return t == GgmlType::Q8_0 ? 34 : 18; }
+
+// The types with vectorised loaders (fused decode path and fast dequantisation).
+constexpr bool has_loader(GgmlType t) {
+  return t == GgmlType::F32 || t == GgmlType::F16 || t == GgmlType::BF16 || is_q32(t);
+}
+
+// Ops interface (V is the vector type, W its lane count):
+//   zero(), set1(f), load(p), load_tail(p, n), store(p, v), store_tail(p, v, n), fma(a, b, c) = a*b+c,
+//   add(a, b), sub(a, b), mul(a, b), div(a, b), max(a, b), hsum(v), hmax(v), exp(v)
+//   load_w<T>(row, k): W elements of a row of per-element type T (F32, F16, BF16) from element k
+//   load_w_tail<T>(row, k, n): n < W of them, the rest zero
+//   load_block<T>(blk, out[32 / W]): the 32 dequantised values of a Q8_0 / Q4_0 block
+
+// ---- matmul ----------------------------------------------------------------------------------
+
+// dots[r] = x . row_r for R rows of W starting at w0 (stride row_bytes), weights of type T.
+template <class Ops, GgmlType T, int R>
+inline void gemv_tile(const float* x, int64_t K, const uint8_t* w0, size_t row_bytes, float* dots) {
+  using V = typename Ops::V;
+  constexpr int W = Ops::W;
+  V acc[R];
+  NPULLM_UNROLL
+  for (int r = 0; r < R; ++r) acc[r] = Ops::zero();
+  if constexpr (is_q32(T)) {
+    constexpr int C = 32 / W;
+    for (int64_t b = 0; b < K / 32; ++b) {
+      V xv[C];
+      NPULLM_UNROLL
+      for (int c = 0; c < C; ++c) xv[c] = Ops::load(x + b * 32 + c * W);
+      NPULLM_UNROLL
+      for (int r = 0; r < R; ++r) {
+        V wv[C];
+        Ops::template load_block<T>(w0 + r * row_bytes + b * q32_bytes(T), wv);
+        NPULLM_UNROLL
+        for (int c = 0; c < C; ++c) acc[r] = Ops::fma(wv[c], xv[c], acc[r]);
+      }
+    }
+  } else {
+    int64_t k = 0;
+    for (; k + W <= K; k += W) {
+      const V xv = Ops::load(x + k);
+      NPULLM_UNROLL
+      for (int r = 0; r < R; ++r)
+        acc[r] = Ops::fma(Ops::template load_w<T>(w0 + r * row_bytes, k), xv, acc[r]);
+    }
+    if (k < K) {
+      const int n = static_cast<int>(K - k);
+      const V xv = Ops::load_tail(x + k, n);
+      NPULLM_UNROLL
+      for (int r = 0; r < R; ++r)
+        acc[r] = Ops::fma(Ops::template load_w_tail<T>(w0 + r * row_bytes, k, n), xv, acc[r]);
+    }
+  }
+  NPULLM_UNROLL
+  for (int r = 0; r < R; ++r) dots[r] = Ops::hsum(acc[r]);
+}
+
+inline float epilogue(float dot, const float* bias, const float* res, int64_t idx, int64_t n) {
+  // (dot + bias) + res: res is read before out is written, so res may alias out.
+  float v = dot;
+  if (bias) v += bias[n];
+  if (res) v += res[idx];
+  return v;
+}
+
+// Decode: one pass over each weight row, kGemvRows rows at a time.
+template <class Ops, GgmlType T>
+void gemv_range(const float* x, int64_t K, const uint8_t* W, size_t row_bytes, const float* bias,
+                const float* res, float* out, int64_t n0, int64_t n1) {
+  int64_t n = n0;
+  float dots[kGemvRows];
+  for (; n + kGemvRows <= n1; n += kGemvRows) {
+    gemv_tile<Ops, T, kGemvRows>(x, K, W + n * row_bytes, row_bytes, dots);
+    for (int r = 0; r < kGemvRows; ++r) out[n + r] = epilogue(dots[r], bias, res, n + r, n + r);
+  }
+  for (; n < n1; ++n) {
+    gemv_tile<Ops, T, 1>(x, K, W + n * row_bytes, row_bytes, dots);
+    out[n] = epilogue(dots[0], bias, res, n, n);
+  }
+}
+
+// One K slice [k0, k1) of an MT x NT tile: x rows (stride ldx) against float rows of W (stride
+// ldw). acc holds the tile's accumulator vectors in memory (W floats each, row stride acc_ld
+// vectors); first = start the chains at zero. The slice that reaches K adds the masked tail.
+template <class Ops, int MT, int NT>
+inline void gemm_tile_slice(const float* x, int64_t ldx, const float* w, int64_t ldw, int64_t k0, int64_t k1,
+                            bool first, float* acc, int64_t acc_ld) {
+  using V = typename Ops::V;
+  constexpr int W = Ops::W;
+  V a[MT][NT];
+  NPULLM_UNROLL
+  for (int m = 0; m < MT; ++m)
+    NPULLM_UNROLL
+    for (int j = 0; j < NT; ++j) a[m][j] = first ? Ops::zero() : Ops::load(acc + (m * acc_ld + j) * W);
+  int64_t k = k0;
+  for (; k + W <= k1; k += W) {
+    V xv[MT];
+    NPULLM_UNROLL
+    for (int m = 0; m < MT; ++m) xv[m] = Ops::load(x + m * ldx + k);
+    NPULLM_UNROLL
+    for (int j = 0; j < NT; ++j) {
+      const V wv = Ops::load(w + j * ldw + k);
+      NPULLM_UNROLL
+      for (int m = 0; m < MT; ++m) a[m][j] = Ops::fma(wv, xv[m], a[m][j]);
+    }
+  }
+  if (k < k1) {
+    const int n = static_cast<int>(k1 - k);
+    V xv[MT];
+    NPULLM_UNROLL
+    for (int m = 0; m < MT; ++m) xv[m] = Ops::load_tail(x + m * ldx + k, n);
+    NPULLM_UNROLL
+    for (int j = 0; j < NT; ++j) {
+      const V wv = Ops::load_tail(w + j * ldw + k, n);
+      NPULLM_UNROLL
+      for (int m = 0; m < MT; ++m) a[m][j] = Ops::fma(wv, xv[m], a[m][j]);
+    }
+  }
+  NPULLM_UNROLL
+  for (int m = 0; m < MT; ++m)
+    NPULLM_UNROLL
+    for (int j = 0; j < NT; ++j) Ops::store(acc + (m * acc_ld + j) * W, a[m][j]);
+}
+
+// out[m, nb + j] for all m < M and j < nr (nr <= kBlockRows), from nr float rows w (stride ldw).
+// acc: kAccFloats floats of scratch.
+template <class Ops>
+void gemm_block(const float* x, int64_t M, int64_t K, const float* w, int64_t ldw, int64_t nr, int64_t nb,
+                const float* bias, const float* res, float* out, int64_t N, float* acc) {
+  constexpr int W = Ops::W, TM = Ops::TM, TN = Ops::TN;
+  constexpr int64_t acc_ld = kBlockRows;  // accumulator (m, j) is at acc + (m * acc_ld + j) * W
+  for (int64_t m0 = 0; m0 < M; m0 += kChunkM) {
+    const int64_t mc = (M - m0 < kChunkM) ? M - m0 : kChunkM;
+    const float* xc = x + m0 * K;
+    for (int64_t k0 = 0; k0 < K; k0 += kSliceK) {
+      const int64_t k1 = (K - k0 < kSliceK) ? K : k0 + kSliceK;
+      const bool first = k0 == 0;
+      int64_t j = 0;
+      for (; j + TN <= nr; j += TN) {
+        int64_t m = 0;
+        for (; m + TM <= mc; m += TM)
+          gemm_tile_slice<Ops, TM, TN>(xc + m * K, K, w + j * ldw, ldw, k0, k1, first, acc + (m * acc_ld + j) * W, acc_ld);
+        for (; m < mc; ++m)
+          gemm_tile_slice<Ops, 1, TN>(xc + m * K, K, w + j * ldw, ldw, k0, k1, first, acc + (m * acc_ld + j) * W, acc_ld);
+      }
+      for (; j < nr; ++j)
+        for (int64_t m = 0; m < mc; ++m)
+          gemm_tile_slice<Ops, 1, 1>(xc + m * K, K, w + j * ldw, ldw, k0, k1, first, acc + (m * acc_ld + j) * W, acc_ld);
+    }
+    if (K == 0) {  // no slice ran: every dot product is an empty sum
+      for (int64_t i = 0; i < mc * acc_ld * W; ++i) acc[i] = 0.0f;
+    }
+    for (int64_t m = 0; m < mc; ++m)
+      for (int64_t j = 0; j < nr; ++j) {
+        const int64_t idx = (m0 + m) * N + nb + j;
+        out[idx] = epilogue(Ops::hsum(Ops::load(acc + (m * acc_ld + j) * W)), bias, res, idx, nb + j);
+      }
+  }
+}
+
+// dst[0, K) = the exact dequantisation of one row (same values as dequantize_row).
+template <class Ops, GgmlType T>
+void dequant_row(const uint8_t* row, int64_t K, float* dst) {
+  using V = typename Ops::V;
+  constexpr int W = Ops::W;
+  if constexpr (is_q32(T)) {
+    constexpr int C = 32 / W;
+    for (int64_t b = 0; b < K / 32; ++b) {
+      V wv[C];
+      Ops::template load_block<T>(row + b * q32_bytes(T), wv);
+      NPULLM_UNROLL
+      for (int c = 0; c < C; ++c) Ops::store(dst + b * 32 + c * W, wv[c]);
+    }
+  } else {
+    int64_t k = 0;
+    for (; k + W <= K; k += W) Ops::store(dst + k, Ops::template load_w<T>(row, k));
+    if (k < K) {
+      const int n = static_cast<int>(K - k);
+      Ops::store_tail(dst + k, Ops::template load_w_tail<T>(row, k, n), n);
+    }
+  }
+}
+
+template <class Ops>
+void matmul_impl(const float* x, int64_t M, int64_t K, const void* Wv, GgmlType wt, size_t row_bytes,
+                 const float* bias, const float* res, float* out, int64_t N, int64_t n0, int64_t n1,
+                 float* work) {
+  const auto* W = static_cast<const uint8_t*>(Wv);
+  if (M == 1 && has_loader(wt)) {
+    switch (wt) {
+      case GgmlType::F32: gemv_range<Ops, GgmlType::F32>(x, K, W, row_bytes, bias, res, out, n0, n1); return;
+      case GgmlType::F16: gemv_range<Ops, GgmlType::F16>(x, K, W, row_bytes, bias, res, out, n0, n1); return;
+      case GgmlType::BF16: gemv_range<Ops, GgmlType::BF16>(x, K, W, row_bytes, bias, res, out, n0, n1); return;
+      case GgmlType::Q8_0: gemv_range<Ops, GgmlType::Q8_0>(x, K, W, row_bytes, bias, res, out, n0, n1); return;
+      case GgmlType::Q4_0: gemv_range<Ops, GgmlType::Q4_0>(x, K, W, row_bytes, bias, res, out, n0, n1); return;
+      default: break;
+    }
+  }
+  // Prefill (or a type without a fused loader): dequantise a block of rows into work once, then
+  // run every row of x against it. F32 rows are used in place. work = [accumulators | rows].
+  float* acc = work;
+  float* rows = work + kAccFloats;
+  for (int64_t nb = n0; nb < n1; nb += kBlockRows) {
+    const int64_t nr = (n1 - nb < kBlockRows) ? n1 - nb : kBlockRows;
+    const uint8_t* src = W + nb * row_bytes;
+    if (wt == GgmlType::F32) {
+      gemm_block<Ops>(x, M, K, reinterpret_cast<const float*>(src), K, nr, nb, bias, res, out, N, acc);
+      continue;
+    }
+    for (int64_t j = 0; j < nr; ++j) {
+      const uint8_t* row = src + j * row_bytes;
+      float* dst = rows + j * K;
+      switch (wt) {
+        case GgmlType::F16: dequant_row<Ops, GgmlType::F16>(row, K, dst); break;
+        case GgmlType::BF16: dequant_row<Ops, GgmlType::BF16>(row, K, dst); break;
+        case GgmlType::Q8_0: dequant_row<Ops, GgmlType::Q8_0>(row, K, dst); break;
+        case GgmlType::Q4_0: dequant_row<Ops, GgmlType::Q4_0>(row, K, dst); break;
+        default: dequantize_row(wt, row, dst, K); break;  // out-of-line, baseline code
+      }
+    }
+    gemm_block<Ops>(x, M, K, rows, K, nr, nb, bias, res, out, N, acc);
+  }
+}
+
+// ---- swiglu ----------------------------------------------------------------------------------
+
+template <class Ops>
+inline typename Ops::V silu_mul(typename Ops::V g, typename Ops::V u) {
+  const auto one = Ops::set1(1.0f);
+  // g / (1 + e^-g): for g -> -inf e^-g -> inf and the quotient -> -0; no NaN.
+  return Ops::mul(Ops::div(g, Ops::add(one, Ops::exp(Ops::sub(Ops::zero(), g)))), u);
+}
+
+template <class Ops>
+void swiglu_impl(const float* gate, const float* up, float* out, int64_t i0, int64_t i1) {
+  constexpr int W = Ops::W;
+  int64_t i = i0;
+  for (; i + W <= i1; i += W)
+    Ops::store(out + i, silu_mul<Ops>(Ops::load(gate + i), Ops::load(up + i)));
+  if (i < i1) {
+    const int n = static_cast<int>(i1 - i);
+    Ops::store_tail(out + i, silu_mul<Ops>(Ops::load_tail(gate + i, n), Ops::load_tail(up + i, n)), n);
+  }
+}
+
+// ---- attention -------------------------------------------------------------------------------
+
+// y[0, n) += a * v[0, n) with v of type T (F32 or F16).
+template <class Ops, GgmlType T>
+inline void axpy(float a, const uint8_t* v, float* y, int64_t n) {
+  constexpr int W = Ops::W;
+  const auto av = Ops::set1(a);
+  int64_t k = 0;
+  for (; k + W <= n; k += W)
+    Ops::store(y + k, Ops::fma(Ops::template load_w<T>(v, k), av, Ops::load(y + k)));
+  if (k < n) {
+    const int t = static_cast<int>(n - k);
+    Ops::store_tail(y + k, Ops::fma(Ops::template load_w_tail<T>(v, k, t), av, Ops::load_tail(y + k, t)), t);
+  }
+}
+
+template <class Ops, GgmlType KT, GgmlType VT>
+void attention_rows(const float* q, const uint8_t* k, const uint8_t* v, const float* mask, float* out,
+                    int64_t H, int64_t Hkv, int64_t hd, int64_t C, float scale, int64_t r0, int64_t r1,
+                    float* scores) {
+  using V = typename Ops::V;
+  constexpr int W = Ops::W;
+  constexpr float kNegInf = -__builtin_inff();
+  const size_t kv_elem = KT == GgmlType::F32 ? 4 : 2, v_elem = VT == GgmlType::F32 ? 4 : 2;
+  const int64_t group = H / Hkv;
+  for (int64_t r = r0; r < r1; ++r) {
+    const int64_t s = r / H, h = r % H, g = h / group;
+    const float* qr = q + r * hd;  // q is [S, H, hd], so row (s, h) is row r
+    float* o = out + r * hd;
+    const float* mrow = mask ? mask + s * C : nullptr;
+
+    // Scores; keys masked with -inf are not even read (causal masks skip half the cache).
+    float mx = kNegInf;
+    for (int64_t t = 0; t < C; ++t) {
+      const float mval = mrow ? mrow[t] : 0.0f;
+      if (mval == kNegInf) {
+        scores[t] = kNegInf;
+        continue;
+      }
+      float dot;
+      gemv_tile<Ops, KT, 1>(qr, hd, k + (t * Hkv + g) * hd * kv_elem, 0, &dot);
+      const float sc = scale * dot + mval;
+      scores[t] = sc;
+      mx = sc > mx ? sc : mx;
+    }
+    for (int64_t i = 0; i < hd; ++i) o[i] = 0.0f;
+    if (mx == kNegInf) continue;  // fully masked (or empty) row: zeros
+
+    // Softmax numerators e^(s - max) (masked keys give exactly 0) and their sum.
+    const V mxv = Ops::set1(mx);
+    V sum = Ops::zero();
+    int64_t t = 0;
+    for (; t + W <= C; t += W) {
+      const V e = Ops::exp(Ops::sub(Ops::load(scores + t), mxv));
+      Ops::store(scores + t, e);
+      sum = Ops::add(sum, e);
+    }
+    if (t < C) {
+      const int n = static_cast<int>(C - t);
+      // Lanes past C hold exp(0 - max) garbage after the exp; store_tail drops them, and the sum
+      // must too, so they are zeroed by loading the result back.
+      Ops::store_tail(scores + t, Ops::exp(Ops::sub(Ops::load_tail(scores + t, n), mxv)), n);
+      sum = Ops::add(sum, Ops::load_tail(scores + t, n));
+    }
+    const float total = Ops::hsum(sum);
+
+    // out = sum_t p_t v_t with p_t = e_t / total (normalised per key so the magnitude of the
+    // accumulator stays that of v).
+    const float inv = 1.0f / total;
+    for (t = 0; t < C; ++t) {
+      const float p = scores[t];
+      if (p == 0.0f) continue;
+      axpy<Ops, VT>(p * inv, v + (t * Hkv + g) * hd * v_elem, o, hd);
+    }
+  }
+}
+
+template <class Ops>
+void attention_impl(const float* q, const void* k, GgmlType k_type, const void* v, GgmlType v_type,
+                    const float* mask, float* out, int64_t H, int64_t Hkv, int64_t hd, int64_t C,
+                    float scale, int64_t r0, int64_t r1, float* work) {
+  const auto* kb = static_cast<const uint8_t*>(k);
+  const auto* vb = static_cast<const uint8_t*>(v);
+  const bool k16 = k_type == GgmlType::F16, v16 = v_type == GgmlType::F16;
+  if (!k16 && !v16)
+    attention_rows<Ops, GgmlType::F32, GgmlType::F32>(q, kb, vb, mask, out, H, Hkv, hd, C, scale, r0, r1, work);
+  else if (!k16 && v16)
+    attention_rows<Ops, GgmlType::F32, GgmlType::F16>(q, kb, vb, mask, out, H, Hkv, hd, C, scale, r0, r1, work);
+  else if (k16 && !v16)
+    attention_rows<Ops, GgmlType::F16, GgmlType::F32>(q, kb, vb, mask, out, H, Hkv, hd, C, scale, r0, r1, work);
+  else
+    attention_rows<Ops, GgmlType::F16, GgmlType::F16>(q, kb, vb, mask, out, H, Hkv, hd, C, scale, r0, r1, work);
+}
+
+#undef NPULLM_UNROLL
+
+}  // namespace
+}  // namespace npullm::cpu::detail

@@ -1,0 +1,37 @@
+// The device interface: what the driver needs from anything that executes task descriptors.
+//
+// A device is handed a program (a relocated task array and its barriers) and runs it. It decides
+// nothing: the order, the barriers and every address come from the blob. Devices live in their
+// own folder (device/cpu/ is the reference) and are created through a factory function.
+//
+// Concurrency: execute() is called by one thread at a time (the driver's queue); prepare() is called
+// before the first execute() of a program and may be called again.
+#pragma once
+#include <cstddef>
+#include <memory>
+#include <string>
+
+#include "blob/task.h"
+
+namespace npullm::device {
+
+struct Program {
+  const blob::TaskDesc* tasks = nullptr;
+  size_t n_tasks = 0;
+  const blob::BarrierDesc* barriers = nullptr;
+  size_t n_barriers = 0;
+};
+
+class Device {
+ public:
+  virtual ~Device() = default;
+  virtual std::string name() const = 0;
+  virtual int threads() const = 0;
+  // Sizes whatever per-program resources the device needs (e.g. per-thread scratch) so that
+  // execute() allocates nothing. Throws npullm::Error for a descriptor the device cannot run.
+  virtual void prepare(const Program& p) = 0;
+  // Runs every task; tasks of stage b+1 start only after barrier b has counted all of stage b.
+  virtual void execute(const Program& p) = 0;
+};
+
+}  // namespace npullm::device

@@ -1,0 +1,135 @@
+// GGUF reader over a read-only mmap.
+//
+// GgufFile::open() validates the whole header eagerly — every metadata value, every tensor info,
+// alignment, and that every tensor's bytes lie inside the file — so that nothing later can read
+// out of bounds. Any problem is an npullm::Error naming the file, the byte offset and what was
+// expected. Tensor data is never copied: tensor(i).data points into the mapping, which lives as long
+// as the GgufFile.
+#pragma once
+#include <cstdint>
+#include <map>
+#include <memory>
+#include <optional>
+#include <span>
+#include <string>
+#include <variant>
+#include <vector>
+
+#include "formats/ggml_types.h"
+
+namespace npullm {
+
+enum class GgufValueType : uint32_t {
+  U8 = 0, I8 = 1, U16 = 2, I16 = 3, U32 = 4, I32 = 5, F32 = 6, BOOL = 7, STRING = 8, ARRAY = 9,
+  U64 = 10, I64 = 11, F64 = 12,
+};
+
+// One metadata value. Arrays keep their element type (nested arrays are arrays of GgufValue).
+struct GgufValue {
+  GgufValueType type = GgufValueType::U8;
+  GgufValueType elem_type = GgufValueType::U8;  // for ARRAY
+  std::variant<uint64_t, int64_t, double, bool, std::string, std::vector<GgufValue>> v;
+
+  bool is_array() const { return type == GgufValueType::ARRAY; }
+  bool is_string() const { return type == GgufValueType::STRING; }
+  bool is_integer() const;  // any of U8..I64 (not bool, not float)
+  // Typed access; each throws npullm::Error naming `what` if the type does not fit.
+  int64_t as_int(const std::string& what) const;       // integer types (range-checked into int64)
+  uint64_t as_uint(const std::string& what) const;     // non-negative integers
+  double as_float(const std::string& what) const;      // F32/F64 and integers
+  bool as_bool(const std::string& what) const;
+  const std::string& as_string(const std::string& what) const;
+  const std::vector<GgufValue>& as_array(const std::string& what) const;
+};
+
+std::string_view gguf_value_type_name(GgufValueType t);
+
+struct GgufTensorInfo {
+  std::string name;
+  std::vector<int64_t> dims;  // GGUF order: dims[0] (ne0) is the fastest-varying (row length)
+  GgmlType type = GgmlType::F32;
+  uint64_t offset = 0;        // relative to the data section
+  uint64_t n_bytes = 0;       // computed from dims and type
+  const uint8_t* data = nullptr;  // points into the mapping
+
+  int64_t n_elements() const;
+  int64_t rows() const;       // product of dims[1..]
+};
+
+class GgufFile {
+ public:
+  // Maps and validates `path`. Throws npullm::Error with "<path>: <problem> at offset N".
+  static std::unique_ptr<GgufFile> open(const std::string& path);
+  // Validates an in-memory image (not copied; must outlive the GgufFile). `label` names it in errors.
+  static std::unique_ptr<GgufFile> from_memory(const uint8_t* data, size_t size, std::string label);
+  ~GgufFile();
+  GgufFile(const GgufFile&) = delete;
+  GgufFile& operator=(const GgufFile&) = delete;
+
+  const std::string& path() const { return path_; }
+  uint32_t version() const { return version_; }
+  uint64_t alignment() const { return alignment_; }
+  uint64_t data_offset() const { return data_offset_; }
+  size_t file_size() const { return size_; }
+  const uint8_t* file_data() const { return base_; }
+
+  // Metadata in file order and by key.
+  const std::vector<std::pair<std::string, GgufValue>>& metadata() const { return kv_; }
+  const GgufValue* find(const std::string& key) const;      // nullptr when absent
+  const GgufValue& get(const std::string& key) const;       // throws "missing key" when absent
+
+  // Convenience getters that check the value type; throw naming the key when it is wrong.
+  std::optional<int64_t> get_int(const std::string& key) const;
+  std::optional<double> get_float(const std::string& key) const;
+  std::optional<std::string> get_string(const std::string& key) const;
+  std::optional<bool> get_bool(const std::string& key) const;
+
+  const std::vector<GgufTensorInfo>& tensors() const { return tensors_; }
+  const GgufTensorInfo* find_tensor(const std::string& name) const;  // nullptr when absent
+  const GgufTensorInfo& tensor(const std::string& name) const;       // throws when absent
+
+ private:
+  GgufFile() = default;
+  void parse();
+
+  std::string path_;
+  const uint8_t* base_ = nullptr;
+  size_t size_ = 0;
+  bool owns_mapping_ = false;
+  uint32_t version_ = 0;
+  uint64_t alignment_ = 32;
+  uint64_t data_offset_ = 0;
+  std::vector<std::pair<std::string, GgufValue>> kv_;
+  std::map<std::string, size_t> kv_index_;
+  std::vector<GgufTensorInfo> tensors_;
+  std::map<std::string, size_t> tensor_index_;
+};
+
+// Writes GGUF v3 files (used by tests to build small and malformed models, and later by `synth`).
+class GgufWriter {
+ public:
+  void set_alignment(uint64_t a) { alignment_ = a; }
+  void add(const std::string& key, GgufValue value);
+  // Convenience setters.
+  void add_u32(const std::string& key, uint32_t v);
+  void add_i32(const std::string& key, int32_t v);
+  void add_f32(const std::string& key, float v);
+  void add_bool(const std::string& key, bool v);
+  void add_string(const std::string& key, const std::string& v);
+  void add_string_array(const std::string& key, const std::vector<std::string>& v);
+  void add_f32_array(const std::string& key, const std::vector<float>& v);
+  void add_i32_array(const std::string& key, const std::vector<int32_t>& v);
+  // Adds a tensor whose bytes are already in `type` layout (size must match dims and type).
+  void add_tensor(const std::string& name, std::vector<int64_t> dims, GgmlType type,
+                  std::vector<uint8_t> bytes);
+  std::vector<uint8_t> serialize() const;
+  void write(const std::string& path) const;  // throws npullm::Error on I/O failure
+
+ private:
+  struct Tensor { std::string name; std::vector<int64_t> dims; GgmlType type; std::vector<uint8_t> bytes; };
+  uint64_t alignment_ = 32;
+  std::vector<std::pair<std::string, GgufValue>> kv_;
+  std::vector<Tensor> tensors_;
+};
+
+}  // namespace npullm

@@ -1,0 +1,94 @@
+// The model IR: a small SSA graph of tensor operations with symbolic dimensions and state variables.
+//
+// A model is built once with dynamic dimensions (symbols such as "seq" for the number of new tokens
+// and "ctx" for the state capacity) and ReadValue/Assign pairs for its state variables, the way a
+// stateful OpenVINO model looks. The compiler then specialises copies of it: static_reshape() fixes
+// every symbol, lift_state() turns the variables into plain I/O, and lowering makes tasks.
+// Nodes are kept in topological order: a node's inputs always have smaller ids.
+#pragma once
+#include <cstdint>
+#include <map>
+#include <string>
+#include <vector>
+
+namespace npullm::ir {
+
+enum class Op {
+  Parameter,    // graph input (role in `io_role`)
+  Weight,       // a tensor of the weights bank, by name (never copied into the graph)
+  ReadValue,    // reads state variable `variable`
+  Assign,       // writes input 0 to state variable `variable`; produces no value
+  Result,       // graph output named `name`: input 0
+  Embed,        // (table, ids) -> rows of the table
+  RmsNorm,      // (x, w) ; eps
+  MatMul,       // (x, W, bias?, residual?) -> x W^T + bias + residual
+  Add,          // (a, b)
+  Rope,         // (x, positions) ; n_rot, freq_base, freq_scale, rope_mode, heads
+  ScatterRows,  // (target, rows, src) -> target with target[rows[s]] = src[s]; updates target in place
+  Attention,    // (q, k, v, mask) ; scale, heads, kv_heads
+  SwiGlu,       // (gate, up)
+};
+
+const char* op_name(Op op);
+
+// A dimension is either a number or a symbol that static_reshape() replaces by a number.
+struct Dim {
+  int64_t value = 0;
+  std::string symbol;  // non-empty: dynamic
+  Dim() = default;
+  Dim(int64_t v) : value(v) {}  // NOLINT: numbers convert implicitly, it reads well in shapes
+  Dim(const char* s) : symbol(s) {}  // NOLINT
+  bool is_dynamic() const { return !symbol.empty(); }
+};
+using Shape = std::vector<Dim>;
+
+inline constexpr int kNoInput = -1;
+
+enum class IoRole { None, Input, Output, State };
+
+struct Node {
+  Op op = Op::Parameter;
+  std::string name;
+  std::vector<int> inputs;          // node ids; kNoInput for an absent optional input
+  Shape shape;                      // of the value this node produces (empty for Assign)
+  uint32_t type = 0;                // element type (GgmlType id) of the value
+  // Attributes (meaning per op; unused ones stay at their defaults).
+  std::string variable;             // ReadValue / Assign
+  IoRole io_role = IoRole::None;    // Parameter: Input or State (after lift_state)
+  std::vector<int64_t> weight_dims; // Weight: GGUF dims (ne0 first)
+  float eps = 0.0f, scale = 0.0f, freq_base = 10000.0f, freq_scale = 1.0f;
+  int64_t n_rot = 0, heads = 0, kv_heads = 0;
+  int rope_mode = 0;
+};
+
+struct Variable {
+  std::string name;
+  Shape shape;
+  uint32_t type = 0;
+};
+
+class Graph {
+ public:
+  int add(Node n);  // checks that inputs exist and precede it; returns the new id
+  const Node& node(int id) const { return nodes_.at(static_cast<size_t>(id)); }
+  Node& node(int id) { return nodes_.at(static_cast<size_t>(id)); }
+  const std::vector<Node>& nodes() const { return nodes_; }
+  std::vector<Node>& nodes() { return nodes_; }
+  int size() const { return static_cast<int>(nodes_.size()); }
+
+  std::vector<Variable> variables;
+
+  // Ids of nodes that use `id` as an input.
+  std::vector<int> consumers(int id) const;
+  // Human-readable listing, one node per line (for inspect and debugging).
+  std::string to_string() const;
+
+ private:
+  std::vector<Node> nodes_;
+};
+
+// Element count of a static shape; throws if a dimension is still dynamic.
+int64_t num_elements(const Shape& s);
+std::string shape_to_string(const Shape& s);
+
+}  // namespace npullm::ir

@@ -1,0 +1,127 @@
+#include "model/llama_graph.h"
+
+#include <cmath>
+#include <fmt/ranges.h>
+
+#include "common/error.h"
+#include "formats/gguf.h"
+
+namespace npullm::model {
+
+namespace {
+
+constexpr uint32_t kF32 = static_cast<uint32_t>(GgmlType::F32);
+constexpr uint32_t kI32 = static_cast<uint32_t>(GgmlType::I32);
+
+class Builder {
+ public:
+  Builder(const HParams& hp, const GgufFile& f) : hp_(hp), f_(f) {}
+
+  // A weights-bank tensor with the expected GGUF dims (ne0 first).
+  int weight(const std::string& name, std::vector<int64_t> dims) {
+    const GgufTensorInfo* t = f_.find_tensor(name);
+    if (!t) fail("{}: tensor '{}' is missing", f_.path(), name);
+    if (t->dims != dims)
+      fail("{}: tensor '{}' has shape [{}], expected [{}]", f_.path(), name, fmt::join(t->dims, ","),
+           fmt::join(dims, ","));
+    const uint32_t type = static_cast<uint32_t>(t->type);
+    if (dims.size() == 1 && t->type != GgmlType::F32)
+      fail("{}: tensor '{}' is {} but norm weights must be F32", f_.path(), name, ggml_type_name(t->type));
+    ir::Node n{.op = ir::Op::Weight, .name = name, .type = type};
+    for (auto it = dims.rbegin(); it != dims.rend(); ++it) n.shape.push_back(*it);
+    n.weight_dims = std::move(dims);
+    return g_.add(std::move(n));
+  }
+
+  int param(const std::string& name, ir::Shape shape, uint32_t type) {
+    return g_.add(ir::Node{.op = ir::Op::Parameter, .name = name, .shape = std::move(shape), .type = type,
+                           .io_role = ir::IoRole::Input});
+  }
+
+  int op(ir::Op op, const std::string& name, std::vector<int> inputs, ir::Shape shape) {
+    return g_.add(ir::Node{.op = op, .name = name, .inputs = std::move(inputs), .shape = std::move(shape), .type = kF32});
+  }
+
+  int matmul(const std::string& name, int x, int w, int64_t n_out, int residual = ir::kNoInput) {
+    return op(ir::Op::MatMul, name, {x, w, ir::kNoInput, residual}, {"seq", n_out});
+  }
+
+  int rmsnorm(const std::string& name, int x, int w) {
+    int id = op(ir::Op::RmsNorm, name, {x, w}, {"seq", hp_.n_embd});
+    g_.node(id).eps = hp_.rms_eps;
+    return id;
+  }
+
+  int rope(const std::string& name, int x, int positions, int64_t heads) {
+    int id = op(ir::Op::Rope, name, {x, positions}, {"seq", heads * hp_.head_dim});
+    ir::Node& n = g_.node(id);
+    n.n_rot = hp_.n_rot;
+    n.heads = heads;
+    n.freq_base = hp_.rope_freq_base;
+    n.freq_scale = hp_.rope_freq_scale;
+    n.rope_mode = hp_.rope_mode;
+    return id;
+  }
+
+  // ReadValue -> ScatterRows(new rows) -> Assign: the state grows in place by the new rows.
+  int update_state(const std::string& var, int rows, int src) {
+    const ir::Shape shape{"ctx", hp_.n_head_kv, hp_.head_dim};
+    g_.variables.push_back(ir::Variable{var, shape, kF32});
+    int past = g_.add(ir::Node{.op = ir::Op::ReadValue, .name = var + ".read", .shape = shape, .type = kF32, .variable = var});
+    int present = op(ir::Op::ScatterRows, var + ".update", {past, rows, src}, shape);
+    g_.add(ir::Node{.op = ir::Op::Assign, .name = var + ".assign", .inputs = {present}, .variable = var});
+    return present;
+  }
+
+  ir::Graph build() {
+    const int64_t D = hp_.n_embd, H = hp_.n_head, Hkv = hp_.n_head_kv, hd = hp_.head_dim;
+    const int ids = param("input_ids", {"seq"}, kI32);
+    const int positions = param("positions", {"seq"}, kI32);
+    const int rows = param("cache_rows", {"seq"}, kI32);
+    const int mask = param("attention_mask", {"seq", "ctx"}, kF32);
+
+    const int embd = weight("token_embd.weight", {D, hp_.n_vocab});
+    int x = op(ir::Op::Embed, "embed", {embd, ids}, {"seq", D});
+
+    for (int64_t l = 0; l < hp_.n_layer; ++l) {
+      const std::string b = fmt::format("blk.{}.", l);
+      int h = rmsnorm(b + "attn_norm", x, weight(b + "attn_norm.weight", {D}));
+      int q = matmul(b + "q", h, weight(b + "attn_q.weight", {D, H * hd}), H * hd);
+      int k = matmul(b + "k", h, weight(b + "attn_k.weight", {D, Hkv * hd}), Hkv * hd);
+      int v = matmul(b + "v", h, weight(b + "attn_v.weight", {D, Hkv * hd}), Hkv * hd);
+      q = rope(b + "q_rope", q, positions, H);
+      k = rope(b + "k_rope", k, positions, Hkv);
+      int kc = update_state(b + "key", rows, k);
+      int vc = update_state(b + "value", rows, v);
+      int att = op(ir::Op::Attention, b + "attention", {q, kc, vc, mask}, {"seq", H * hd});
+      g_.node(att).scale = 1.0f / std::sqrt(static_cast<float>(hd));
+      g_.node(att).heads = H;
+      g_.node(att).kv_heads = Hkv;
+      x = matmul(b + "attn_out", att, weight(b + "attn_output.weight", {H * hd, D}), D, x);
+
+      h = rmsnorm(b + "ffn_norm", x, weight(b + "ffn_norm.weight", {D}));
+      int gate = matmul(b + "ffn_gate", h, weight(b + "ffn_gate.weight", {D, hp_.n_ff}), hp_.n_ff);
+      int up = matmul(b + "ffn_up", h, weight(b + "ffn_up.weight", {D, hp_.n_ff}), hp_.n_ff);
+      int act = op(ir::Op::SwiGlu, b + "ffn_act", {gate, up}, {"seq", hp_.n_ff});
+      x = matmul(b + "ffn_out", act, weight(b + "ffn_down.weight", {hp_.n_ff, D}), D, x);
+    }
+    x = rmsnorm("output_norm", x, weight("output_norm.weight", {D}));
+    const int out_w = hp_.tied_output ? embd : weight("output.weight", {D, hp_.n_vocab});
+    const int logits = matmul("logits", x, out_w, hp_.n_vocab);
+    g_.add(ir::Node{.op = ir::Op::Result, .name = "logits", .inputs = {logits}, .shape = {"seq", hp_.n_vocab}, .type = kF32});
+    return std::move(g_);
+  }
+
+ private:
+  const HParams& hp_;
+  const GgufFile& f_;
+  ir::Graph g_;
+};
+
+}  // namespace
+
+ir::Graph build_llama_graph(const HParams& hp, const GgufFile& weights) {
+  return Builder(hp, weights).build();
+}
+
+}  // namespace npullm::model

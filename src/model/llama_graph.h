@@ -1,0 +1,29 @@
+// Builds the Llama-family transformer as a stateful IR graph with dynamic dimensions.
+//
+// Inputs (dims: "seq" = tokens in this run, "ctx" = state capacity in rows):
+//   input_ids       i32 [seq]        token ids
+//   positions       i32 [seq]        RoPE position of each token
+//   cache_rows      i32 [seq]        row of the K/V state each token's K/V is written to (-1: none)
+//   attention_mask  f32 [seq, ctx]   additive: 0 where token s may attend row t, -inf elsewhere
+// State variables: "blk.<l>.key" and "blk.<l>.value", f32 [ctx, n_head_kv, head_dim].
+// Output: logits f32 [seq, n_vocab].
+//
+// Per layer (pre-norm):   h = rmsnorm(x) ; q,k,v = h Wq, h Wk, h Wv ; rope(q), rope(k)
+//                         K = scatter(ReadValue(K), cache_rows, k) ; Assign(K)   (same for V)
+//                         x = x + attention(q, K, V, mask) Wo
+//                         x = x + (silu(rmsnorm(x) Wg) * (rmsnorm(x) Wu)) Wd
+#pragma once
+#include "ir/graph.h"
+#include "model/hparams.h"
+
+namespace npullm {
+class GgufFile;
+}
+
+namespace npullm::model {
+
+// The weights' types and shapes are taken from `weights` (and checked against `hp`); a missing
+// or misshapen tensor is an npullm::Error naming it.
+ir::Graph build_llama_graph(const HParams& hp, const GgufFile& weights);
+
+}  // namespace npullm::model

@@ -1,0 +1,225 @@
+#include "npuw/llm_runtime.h"
+
+#include <algorithm>
+#include <cstring>
+#include <limits>
+#include <map>
+
+#include "common/error.h"
+#include "compiler/compiler.h"
+#include "device/cpu/cpu_device.h"
+#include "model/llama_graph.h"
+#include "npuw/blob_cache.h"
+#include "npuw/weights_bank.h"
+
+namespace npullm::npuw {
+
+namespace {
+constexpr float kNegInf = -std::numeric_limits<float>::infinity();
+}
+
+std::vector<int64_t> default_variants(int64_t max_prompt_len, int64_t min_response_len, int64_t n_ctx_train) {
+  const int64_t total = std::max<int64_t>(1, std::min(max_prompt_len + min_response_len, n_ctx_train));
+  std::vector<int64_t> v;
+  for (int64_t c = 128; c < total; c *= 2) v.push_back(c);
+  v.push_back(total);
+  return v;
+}
+
+std::string BlobSpec::cache_config() const {
+  return std::string(compiler::kCompilerVersion) + " " + name + " seq=" + std::to_string(seq) + " ctx=" + std::to_string(capacity);
+}
+
+std::vector<BlobSpec> blob_specs(const RuntimeConfig& cfg) {
+  std::vector<BlobSpec> out{{"prefill", cfg.prefill_chunk, cfg.variants.back()}};
+  for (int64_t c : cfg.variants) out.push_back({"generate-" + std::to_string(c), 1, c});
+  return out;
+}
+
+namespace {
+
+// Checks and completes a configuration against the model.
+void resolve_config(RuntimeConfig& cfg, const model::HParams& hp) {
+  if (cfg.prefill_chunk < 1) fail("prefill chunk must be at least 1 token (got {})", cfg.prefill_chunk);
+  if (cfg.variants.empty()) cfg.variants = default_variants(cfg.max_prompt_len, cfg.min_response_len, hp.n_ctx_train);
+  std::sort(cfg.variants.begin(), cfg.variants.end());
+  cfg.variants.erase(std::unique(cfg.variants.begin(), cfg.variants.end()), cfg.variants.end());
+  if (cfg.variants.front() < 1) fail("generate variant capacities must be at least 1");
+  if (cfg.variants.back() > hp.n_ctx_train)
+    fail("generate variant capacity {} exceeds the model's context length {}", cfg.variants.back(), hp.n_ctx_train);
+}
+
+std::vector<uint8_t> compile_spec(const ir::Graph& g, const BlobSpec& spec) {
+  compiler::CompileOptions opt{spec.name, {{"seq", spec.seq}, {"ctx", spec.capacity}}};
+  return blob::write_blob(compiler::compile(g, opt));
+}
+
+}  // namespace
+
+std::vector<std::pair<std::string, std::vector<uint8_t>>> compile_blobs(const std::string& model_path, RuntimeConfig cfg) {
+  auto f = GgufFile::open(model_path);
+  const model::HParams hp = model::HParams::from_gguf(*f);
+  resolve_config(cfg, hp);
+  const ir::Graph g = model::build_llama_graph(hp, *f);
+  std::vector<std::pair<std::string, std::vector<uint8_t>>> out;
+  for (const BlobSpec& spec : blob_specs(cfg)) out.emplace_back(spec.name, compile_spec(g, spec));
+  return out;
+}
+
+// One loaded blob, its command list and the input/output buffers bound to it once at load.
+struct LlmRuntime::Slot {
+  std::string name;
+  int64_t seq = 0, capacity = 0;
+  std::unique_ptr<driver::Executable> exe;
+  std::unique_ptr<driver::CommandList> cl;
+  std::vector<int32_t> ids, positions, rows;
+  std::vector<float> mask, logits;
+};
+
+LlmRuntime::LlmRuntime(const std::string& model_path, RuntimeConfig cfg) : cfg_(std::move(cfg)) {
+  gguf_ = GgufFile::open(model_path);
+  hp_ = model::HParams::from_gguf(*gguf_);
+  resolve_config(cfg_, hp_);
+  stats_.kv_capacity = cfg_.variants.back();
+
+  device_ = cpu::create_cpu_device(cfg_.threads);
+  bank_ = std::make_unique<GgufWeightsBank>(*gguf_);
+  queue_ = std::make_unique<driver::Queue>(*device_);
+  load_blobs();
+}
+
+LlmRuntime::~LlmRuntime() = default;
+
+std::string LlmRuntime::device_name() const { return device_->name() + ", " + std::to_string(device_->threads()) + " threads"; }
+
+void LlmRuntime::load_blobs() {
+  const std::string cache_dir = cfg_.use_cache ? (cfg_.cache_dir.empty() ? BlobCache::default_dir() : cfg_.cache_dir) : "";
+  const uint64_t model_hash = hash_bytes(gguf_->file_data(), gguf_->file_size());
+  BlobCache cache(cache_dir, model_hash);
+  std::unique_ptr<ir::Graph> graph;  // built only if something must be compiled
+
+  auto make_slot = [&](const BlobSpec& spec) {
+    auto s = std::make_unique<Slot>();
+    const std::string& name = spec.name;
+    const int64_t seq = spec.seq, capacity = spec.capacity;
+    s->name = name;
+    s->seq = seq;
+    s->capacity = capacity;
+    const std::string config = spec.cache_config();
+    if (auto bytes = cache.load(name, config)) {
+      try {
+        s->exe = std::make_unique<driver::Executable>(*bytes, cache.path_for(name, config), *bank_, *device_);
+        stats_.cached_blobs++;
+      } catch (const Error& e) {
+        fmt::print(stderr, "npullm: warning: ignoring corrupt cache entry ({}); recompiling\n", e.what());
+        cache.remove(name, config);
+      }
+    }
+    if (!s->exe) {
+      if (!graph) graph = std::make_unique<ir::Graph>(model::build_llama_graph(hp_, *gguf_));
+      std::vector<uint8_t> bytes = compile_spec(*graph, spec);
+      s->exe = std::make_unique<driver::Executable>(bytes, name, *bank_, *device_);
+      stats_.compiled_blobs++;
+      cache.store(name, config, bytes);
+    }
+    s->cl = std::make_unique<driver::CommandList>(*s->exe);
+    s->ids.assign(static_cast<size_t>(seq), 0);
+    s->positions.assign(static_cast<size_t>(seq), 0);
+    s->rows.assign(static_cast<size_t>(seq), -1);
+    s->mask.assign(static_cast<size_t>(seq * capacity), kNegInf);
+    s->logits.assign(static_cast<size_t>(seq * hp_.n_vocab), 0.0f);
+    s->cl->bind("input_ids", s->ids.data(), s->ids.size() * 4);
+    s->cl->bind("positions", s->positions.data(), s->positions.size() * 4);
+    s->cl->bind("cache_rows", s->rows.data(), s->rows.size() * 4);
+    s->cl->bind("attention_mask", s->mask.data(), s->mask.size() * 4);
+    s->cl->bind("logits", s->logits.data(), s->logits.size() * 4);
+    return s;
+  };
+
+  const std::vector<BlobSpec> specs = blob_specs(cfg_);
+  prefill_ = make_slot(specs.front());
+
+  // One K/V allocation sized by the prefill blob's state I/Os (capacity C_max); every blob's
+  // state of the same name is bound to the front of the same region.
+  std::map<std::string, std::pair<size_t, size_t>> regions;  // name -> (offset, bytes)
+  size_t total = 0;
+  for (const blob::IoDesc& io : prefill_->exe->image().ios) {
+    if (io.role != blob::IoRole::State) continue;
+    regions[io.name] = {total, io.bytes};
+    total += (io.bytes + 63) / 64 * 64;
+  }
+  kv_ = driver::AlignedBuffer(total);
+  auto bind_state = [&](Slot& s) {
+    for (const blob::IoDesc& io : s.exe->image().ios) {
+      if (io.role != blob::IoRole::State) continue;
+      auto it = regions.find(io.name);
+      if (it == regions.end()) fail("blob '{}' has state '{}' that the prefill blob lacks", s.name, io.name);
+      s.cl->bind(io.name, kv_.data() + it->second.first, it->second.second);
+    }
+  };
+  bind_state(*prefill_);
+  for (size_t i = 1; i < specs.size(); ++i) {
+    generate_.push_back(make_slot(specs[i]));
+    bind_state(*generate_.back());
+  }
+}
+
+// Fills a slot's inputs for tokens `ids` at positions first_pos.. ; the rest of the slot is padding.
+void LlmRuntime::fill_step(Slot& s, std::span<const int32_t> ids, int64_t first_pos) {
+  const int64_t C = s.capacity;
+  for (int64_t i = 0; i < s.seq; ++i) {
+    const bool real = i < static_cast<int64_t>(ids.size());
+    const int64_t pos = first_pos + i;
+    s.ids[static_cast<size_t>(i)] = real ? ids[static_cast<size_t>(i)] : 0;
+    s.positions[static_cast<size_t>(i)] = real ? static_cast<int32_t>(pos) : 0;
+    s.rows[static_cast<size_t>(i)] = real ? static_cast<int32_t>(pos) : -1;
+    float* m = s.mask.data() + i * C;
+    const int64_t visible = real ? pos + 1 : 0;  // token at pos attends rows [0, pos]
+    std::fill(m, m + visible, 0.0f);
+    std::fill(m + visible, m + C, kNegInf);
+  }
+}
+
+std::span<const float> LlmRuntime::prefill(std::span<const int32_t> ids, std::vector<float>* all_logits) {
+  if (ids.empty()) fail("prefill needs at least one token");
+  if (pos_ + static_cast<int64_t>(ids.size()) > capacity())
+    fail("prompt of {} tokens does not fit: {} of {} K/V rows are in use", ids.size(), pos_, capacity());
+  for (int32_t id : ids)
+    if (id < 0 || id >= hp_.n_vocab) fail("token id {} is outside the vocabulary (0..{})", id, hp_.n_vocab - 1);
+  Slot& s = *prefill_;
+  const int64_t V = hp_.n_vocab;
+  if (all_logits) all_logits->clear();
+  int64_t last_n = 0;
+  for (size_t off = 0; off < ids.size(); off += static_cast<size_t>(s.seq)) {
+    const size_t n = std::min(ids.size() - off, static_cast<size_t>(s.seq));
+    fill_step(s, ids.subspan(off, n), pos_);
+    queue_->run(*s.cl);
+    pos_ += static_cast<int64_t>(n);
+    stats_.prefill_chunks++;
+    stats_.prefill_tokens += static_cast<int64_t>(n);
+    stats_.padded_positions += s.seq - static_cast<int64_t>(n);
+    if (all_logits) all_logits->insert(all_logits->end(), s.logits.begin(), s.logits.begin() + static_cast<int64_t>(n) * V);
+    last_n = static_cast<int64_t>(n);
+  }
+  return {s.logits.data() + (last_n - 1) * V, static_cast<size_t>(V)};
+}
+
+LlmRuntime::Slot& LlmRuntime::variant_for(int64_t rows) {
+  for (auto& g : generate_)
+    if (g->capacity >= rows) return *g;
+  fail("the K/V state is full: {} rows needed, the largest generate variant holds {}", rows, capacity());
+}
+
+std::span<const float> LlmRuntime::decode(int32_t id) {
+  if (id < 0 || id >= hp_.n_vocab) fail("token id {} is outside the vocabulary (0..{})", id, hp_.n_vocab - 1);
+  Slot& s = variant_for(pos_ + 1);
+  const int32_t one[1] = {id};
+  fill_step(s, one, pos_);
+  queue_->run(*s.cl);
+  pos_++;
+  stats_.decode_tokens++;
+  stats_.variants_used.insert(s.capacity);
+  return {s.logits.data(), static_cast<size_t>(hp_.n_vocab)};
+}
+
+}  // namespace npullm::npuw

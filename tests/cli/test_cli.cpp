@@ -1,0 +1,149 @@
+// The npullm binary end to end: run --json against llama2.c's reference, the blob cache, compile +
+// readelf, and inspect refusing corrupt blobs.
+#include <gtest/gtest.h>
+
+#include <cstdlib>
+#include <filesystem>
+#include <fstream>
+#include <nlohmann/json.hpp>
+
+#include "test_util.h"
+
+namespace npullm {
+namespace {
+
+namespace fs = std::filesystem;
+constexpr const char* kModel = "models/llama2c/stories260K.gguf";
+constexpr const char* kReference = "models/llama2c/stories260K.greedy-reference.json";
+
+struct Proc {
+  int rc;
+  std::string out, err;
+};
+
+// Runs a shell command, capturing stdout and stderr.
+Proc sh(const std::string& cmd) {
+  const fs::path dir = fs::temp_directory_path() / ("npullm-cli-" + std::to_string(::getpid()));
+  fs::create_directories(dir);
+  const std::string o = (dir / "out").string(), e = (dir / "err").string();
+  const int status = std::system((cmd + " >" + o + " 2>" + e).c_str());
+  return {WEXITSTATUS(status), test::read_file(o), test::read_file(e)};
+}
+
+std::string npullm() { return NPULLM_BINARY; }
+
+fs::path fresh_dir(const std::string& name) {
+  fs::path d = fs::temp_directory_path() / ("npullm-test-" + name + "-" + std::to_string(::getpid()));
+  fs::remove_all(d);
+  fs::create_directories(d);
+  return d;
+}
+
+TEST(Cli, RunJsonMatchesLlama2cCaseA) {
+  NPULLM_REQUIRE_SHARED(kModel);
+  NPULLM_REQUIRE_SHARED(kReference);
+  Proc r = sh(npullm() + " run -m " + test::shared_path(kModel) + " -p 'Once upon a time' -n 200 --temp 0 --json --no-cache");
+  ASSERT_EQ(r.rc, 0) << r.err;
+  const auto j = nlohmann::json::parse(r.out);
+  const auto ref = nlohmann::json::parse(test::read_file(test::shared_path(kReference)));
+  const auto& c = ref["cases"][0];
+  EXPECT_EQ(j["prompt_ids"], c["prompt_ids"]);
+  auto seq = j["prompt_ids"].get<std::vector<int32_t>>();
+  seq.erase(seq.begin());
+  for (int32_t id : j["ids"].get<std::vector<int32_t>>()) seq.push_back(id);
+  ASSERT_GE(seq.size(), 200u);
+  seq.resize(200);
+  EXPECT_EQ(seq, c["next_ids"].get<std::vector<int32_t>>());
+  EXPECT_EQ(j["ids"].size(), 200u);
+  const std::string ref_text = c["stdout_text"].get<std::string>();
+  const std::string text = "Once upon a time" + j["text"].get<std::string>();
+  EXPECT_EQ(text.substr(0, ref_text.size() - 1), ref_text.substr(0, ref_text.size() - 1));
+  for (const char* key : {"compiled_blobs", "cached_blobs", "prefill_chunks", "variants_used", "kv_bytes_copied"})
+    EXPECT_TRUE(j["stats"].contains(key)) << key;
+  EXPECT_EQ(j["stats"]["kv_bytes_copied"], 0);
+}
+
+TEST(Cli, WarmCacheCompilesNothingAndCorruptEntriesAreRebuilt) {
+  NPULLM_REQUIRE_SHARED(kModel);
+  const fs::path cache = fresh_dir("cache");
+  const std::string cmd = npullm() + " run -m " + test::shared_path(kModel) + " -p 'Once upon a time' -n 20 --json --variants 64,128 --cache-dir " + cache.string();
+  Proc cold = sh(cmd), warm = sh(cmd);
+  ASSERT_EQ(cold.rc, 0) << cold.err;
+  ASSERT_EQ(warm.rc, 0) << warm.err;
+  const auto jc = nlohmann::json::parse(cold.out), jw = nlohmann::json::parse(warm.out);
+  EXPECT_EQ(jc["stats"]["compiled_blobs"], 3);  // prefill + 2 variants
+  EXPECT_EQ(jw["stats"]["compiled_blobs"], 0);
+  EXPECT_EQ(jw["stats"]["cached_blobs"], 3);
+  EXPECT_EQ(jc["ids"], jw["ids"]);
+
+  // Flip one byte in one cached blob: it is reported, rebuilt, and the answer is unchanged.
+  fs::path victim;
+  for (const auto& e : fs::recursive_directory_iterator(cache))
+    if (e.path().extension() == ".blob") victim = e.path();
+  ASSERT_FALSE(victim.empty());
+  {
+    std::fstream f(victim, std::ios::in | std::ios::out | std::ios::binary);
+    f.seekg(200);
+    char b = 0;
+    f.read(&b, 1);
+    b ^= 0x40;
+    f.seekp(200);
+    f.write(&b, 1);
+  }
+  Proc again = sh(cmd);
+  ASSERT_EQ(again.rc, 0) << again.err;
+  const auto ja = nlohmann::json::parse(again.out);
+  EXPECT_EQ(ja["stats"]["compiled_blobs"], 1);
+  EXPECT_EQ(ja["ids"], jc["ids"]);
+  EXPECT_NE(again.err.find("corrupt"), std::string::npos) << again.err;
+  fs::remove_all(cache);
+}
+
+TEST(Cli, CompiledBlobsReadByReadelfAndCorruptionRefusedByInspect) {
+  NPULLM_REQUIRE_SHARED(kModel);
+  const fs::path out = fresh_dir("blobs");
+  Proc c = sh(npullm() + " compile -m " + test::shared_path(kModel) + " --variants 64,256 --prefill-chunk 16 --out " + out.string());
+  ASSERT_EQ(c.rc, 0) << c.err;
+  int n = 0;
+  for (const auto& e : fs::directory_iterator(out)) {
+    const std::string path = e.path().string();
+    ++n;
+    Proc re = sh("readelf -a " + path);
+    EXPECT_EQ(re.rc, 0) << path << ": " << re.err;
+    EXPECT_EQ(re.err, "") << path;
+    EXPECT_NE(re.out.find(".npu.tasks"), std::string::npos);
+    Proc ok = sh(npullm() + " inspect " + path);
+    EXPECT_EQ(ok.rc, 0) << ok.err;
+    EXPECT_NE(ok.out.find("MatMul"), std::string::npos);
+    EXPECT_NE(ok.out.find("memory plan"), std::string::npos);
+
+    // A flipped byte anywhere in the file (sampled) is refused with a clear error.
+    const std::string bytes = test::read_file(path);
+    for (size_t off = 0; off < bytes.size(); off += bytes.size() / 7 + 1) {
+      std::string bad = bytes;
+      bad[off] = static_cast<char>(bad[off] ^ 0x10);
+      const std::string bad_path = path + ".bad";
+      std::ofstream(bad_path, std::ios::binary).write(bad.data(), static_cast<std::streamsize>(bad.size()));
+      Proc r = sh(npullm() + " inspect " + bad_path);
+      EXPECT_EQ(r.rc, 1) << "flipped byte at " << off << " accepted";
+      EXPECT_NE(r.err.find("npullm: error:"), std::string::npos) << r.err;
+    }
+  }
+  EXPECT_EQ(n, 3);  // prefill + 2 variants
+  fs::remove_all(out);
+}
+
+TEST(Cli, BadInputGetsClearErrors) {
+  Proc missing = sh(npullm() + " run -m /nonexistent.gguf -p hi");
+  EXPECT_NE(missing.rc, 0);
+  NPULLM_REQUIRE_SHARED(kModel);
+  Proc bad_variants = sh(npullm() + " run -m " + test::shared_path(kModel) + " --variants 64,abc --no-cache");
+  EXPECT_EQ(bad_variants.rc, 1);
+  EXPECT_NE(bad_variants.err.find("--variants"), std::string::npos) << bad_variants.err;
+  Proc too_big = sh(npullm() + " run -m " + test::shared_path(kModel) + " --variants 4096 --no-cache");
+  EXPECT_EQ(too_big.rc, 1);
+  EXPECT_NE(too_big.err.find("context length"), std::string::npos) << too_big.err;
+}
+
+}  // namespace
+}  // namespace npullm

@@ -1,0 +1,134 @@
+// Compiler passes: static reshape, lift-state, memory planning by liveness, stage scheduling.
+#include <gtest/gtest.h>
+
+#include <random>
+
+#include "common/error.h"
+#include "compiler/compiler.h"
+#include "compiler/memory_plan.h"
+#include "compiler/passes.h"
+#include "formats/gguf.h"
+#include "model/llama_graph.h"
+#include "test_util.h"
+
+namespace npullm {
+namespace {
+
+using ir::Op;
+constexpr uint32_t kF32 = 0, kI32 = 26;
+
+// x -> state var "s" [ctx, 4] updated in place at rows, plus y = x + x.
+ir::Graph state_graph(bool in_place) {
+  ir::Graph g;
+  int x = g.add({.op = Op::Parameter, .name = "x", .shape = {"seq", 4}, .type = kF32, .io_role = ir::IoRole::Input});
+  int rows = g.add({.op = Op::Parameter, .name = "rows", .shape = {"seq"}, .type = kI32, .io_role = ir::IoRole::Input});
+  g.variables.push_back({"s", {"ctx", 4}, kF32});
+  int r = g.add({.op = Op::ReadValue, .name = "s.read", .shape = {"ctx", 4}, .type = kF32, .variable = "s"});
+  int upd = in_place ? g.add({.op = Op::ScatterRows, .name = "s.upd", .inputs = {r, rows, x}, .shape = {"ctx", 4}, .type = kF32})
+                     : g.add({.op = Op::Add, .name = "s.add", .inputs = {r, r}, .shape = {"ctx", 4}, .type = kF32});
+  g.add({.op = Op::Assign, .name = "s.assign", .inputs = {upd}, .variable = "s"});
+  int y = g.add({.op = Op::Add, .name = "y", .inputs = {x, x}, .shape = {"seq", 4}, .type = kF32});
+  g.add({.op = Op::Result, .name = "y", .inputs = {y}, .shape = {"seq", 4}, .type = kF32});
+  return g;
+}
+
+TEST(Compiler, StaticReshapeFixesEverySymbolOrFails) {
+  ir::Graph g = compiler::static_reshape(state_graph(true), {{"seq", 3}, {"ctx", 16}});
+  for (const ir::Node& n : g.nodes())
+    for (const ir::Dim& d : n.shape) EXPECT_FALSE(d.is_dynamic()) << n.name;
+  EXPECT_EQ(g.node(0).shape[0].value, 3);
+  EXPECT_THROW(compiler::static_reshape(state_graph(true), {{"seq", 3}}), Error);
+  EXPECT_THROW(compiler::static_reshape(state_graph(true), {{"seq", 0}, {"ctx", 4}}), Error);
+}
+
+TEST(Compiler, LiftStateInPlaceUpdateBecomesOneStateIo) {
+  ir::Graph g = compiler::lift_state(compiler::static_reshape(state_graph(true), {{"seq", 2}, {"ctx", 8}}));
+  int states = 0;
+  for (const ir::Node& n : g.nodes()) {
+    EXPECT_NE(n.op, Op::ReadValue);
+    EXPECT_NE(n.op, Op::Assign);
+    if (n.op == Op::Parameter && n.io_role == ir::IoRole::State) {
+      ++states;
+      EXPECT_EQ(n.name, "s");
+    }
+  }
+  EXPECT_EQ(states, 1);
+  blob::BlobImage img = compiler::compile(state_graph(true), {"t", {{"seq", 2}, {"ctx", 8}}});
+  int state_ios = 0;
+  for (const auto& io : img.ios) state_ios += io.role == blob::IoRole::State;
+  EXPECT_EQ(state_ios, 1);
+}
+
+TEST(Compiler, LiftStateOtherwiseMakesPastInputAndPresentOutput) {
+  ir::Graph g = compiler::lift_state(compiler::static_reshape(state_graph(false), {{"seq", 2}, {"ctx", 8}}));
+  bool past = false, present = false;
+  for (const ir::Node& n : g.nodes()) {
+    past |= n.op == Op::Parameter && n.name == "past.s";
+    present |= n.op == Op::Result && n.name == "present.s";
+  }
+  EXPECT_TRUE(past);
+  EXPECT_TRUE(present);
+}
+
+TEST(Compiler, LiftStateRejectsUnpairedVariables) {
+  ir::Graph g;
+  g.add({.op = Op::ReadValue, .name = "r", .shape = {4}, .type = kF32, .variable = "v"});
+  EXPECT_THROW(compiler::lift_state(g), Error);
+}
+
+TEST(Compiler, MemoryPlanNeverOverlapsBuffersLiveTogetherAndReusesTheRest) {
+  std::mt19937 rng(7);
+  for (int trial = 0; trial < 50; ++trial) {
+    std::vector<compiler::BufferUse> b;
+    uint64_t total = 0;
+    for (int i = 0; i < 40; ++i) {
+      uint32_t first = rng() % 30, len = rng() % 5;
+      b.push_back({"b" + std::to_string(i), 1 + rng() % 5000, first, first + len, 0});
+      total += (b.back().bytes + 63) / 64 * 64;
+    }
+    const uint64_t arena = compiler::plan_memory(b);
+    EXPECT_LE(arena, total);
+    for (size_t i = 0; i < b.size(); ++i) {
+      EXPECT_EQ(b[i].offset % 64, 0u);
+      EXPECT_LE(b[i].offset + b[i].bytes, arena);
+      for (size_t j = i + 1; j < b.size(); ++j) {
+        const bool live = b[i].first <= b[j].last && b[j].first <= b[i].last;
+        const bool overlap = b[i].offset < b[j].offset + b[j].bytes && b[j].offset < b[i].offset + b[i].bytes;
+        EXPECT_FALSE(live && overlap) << b[i].name << " and " << b[j].name;
+      }
+    }
+  }
+  // A chain where each buffer dies as the next is born needs only two slots.
+  std::vector<compiler::BufferUse> chain;
+  for (uint32_t s = 0; s < 10; ++s) chain.push_back({"c", 1000, s, s + 1, 0});
+  EXPECT_EQ(compiler::plan_memory(chain), 2 * 1024u);
+}
+
+TEST(Compiler, LlamaBlobHasStagesBarriersAndStateIo) {
+  NPULLM_REQUIRE_SHARED("models/llama2c/stories260K.gguf");
+  auto f = GgufFile::open(test::shared_path("models/llama2c/stories260K.gguf"));
+  const auto hp = model::HParams::from_gguf(*f);
+  const ir::Graph g = model::build_llama_graph(hp, *f);
+  const blob::BlobImage img = compiler::compile(g, {"generate", {{"seq", 1}, {"ctx", 64}}});
+  // Tasks are sorted by stage and the barrier counts add up to the tasks of each stage.
+  std::vector<uint32_t> count(img.barriers.size(), 0);
+  for (size_t i = 0; i < img.tasks.size(); ++i) {
+    if (i) EXPECT_LE(img.tasks[i - 1].stage, img.tasks[i].stage);
+    count.at(img.tasks[i].stage)++;
+  }
+  for (size_t s = 0; s < count.size(); ++s) EXPECT_EQ(count[s], img.barriers[s].count);
+  // Q, K and V projections of a layer are independent: fewer stages than tasks.
+  EXPECT_LT(img.barriers.size(), img.tasks.size());
+  int states = 0;
+  for (const auto& io : img.ios)
+    if (io.role == blob::IoRole::State) {
+      ++states;
+      EXPECT_EQ(io.shape, (std::vector<int64_t>{64, 4, 8}));
+    }
+  EXPECT_EQ(states, 2 * hp.n_layer);
+  // Weights are referenced, never embedded: the blob names each tensor once.
+  EXPECT_EQ(img.weights.size(), f->tensors().size());
+}
+
+}  // namespace
+}  // namespace npullm

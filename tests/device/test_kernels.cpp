@@ -1,0 +1,549 @@
+// CPU kernels against naive double-precision references written here, for every code path this
+// CPU can run (scalar, avx2, avx512: forced with kernel_force_isa), plus the promises of
+// kernels.h: results independent of the [n0, n1) / [r0, r1) split, M = 1 and M > 1 agree bit for
+// bit, and the ISA paths agree with each other within a tight tolerance.
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+#include <limits>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "common/error.h"
+#include "device/cpu/kernels.h"
+#include "formats/ggml_types.h"
+
+namespace npullm::cpu {
+namespace {
+
+constexpr float kInf = std::numeric_limits<float>::infinity();
+
+const char* const kIsas[] = {"scalar", "avx2", "avx512"};
+
+// Restores the best path after a test that forced one.
+void force_best() {
+  if (!kernel_force_isa("avx512") && !kernel_force_isa("avx2")) kernel_force_isa("scalar");
+}
+
+bool same_bits(float a, float b) { return std::memcmp(&a, &b, 4) == 0; }
+
+std::vector<float> randn(size_t n, uint32_t seed, float scale = 1.0f) {
+  std::mt19937 rng(seed);
+  std::normal_distribution<float> nd(0.0f, scale);
+  std::vector<float> v(n);
+  for (float& f : v) f = nd(rng);
+  return v;
+}
+
+// ---- weights ---------------------------------------------------------------------------------
+
+struct Weights {
+  GgmlType type;
+  int64_t N, K;
+  std::vector<uint8_t> bytes;
+  std::vector<float> deq;  // exact dequantised values, [N, K]
+};
+
+// Random weights of type t. Types with a quantiser are quantised from Gaussian values; the others
+// (Q4_1, Q5_0, Q5_1) get random quant bits and small random fp16 scales / mins.
+Weights make_weights(GgmlType t, int64_t N, int64_t K, uint32_t seed) {
+  Weights w{t, N, K, {}, {}};
+  const size_t rb = ggml_row_bytes(t, K);
+  w.bytes.resize(rb * N);
+  const std::vector<float> src = randn(static_cast<size_t>(N * K), seed, 0.5f);
+  if (t == GgmlType::F32 || t == GgmlType::F16 || t == GgmlType::BF16 || t == GgmlType::Q8_0 ||
+      t == GgmlType::Q4_0) {
+    for (int64_t n = 0; n < N; ++n) quantize_row(t, src.data() + n * K, w.bytes.data() + n * rb, K);
+  } else {
+    std::mt19937 rng(seed);
+    for (uint8_t& b : w.bytes) b = static_cast<uint8_t>(rng());
+    const int64_t bs = ggml_type_traits(t).type_size;
+    const bool has_min = t == GgmlType::Q4_1 || t == GgmlType::Q5_1;
+    std::uniform_real_distribution<float> ud(-0.05f, 0.05f);
+    for (size_t off = 0; off < w.bytes.size(); off += bs) {
+      const uint16_t d = fp32_to_fp16(ud(rng)), m = fp32_to_fp16(ud(rng));
+      std::memcpy(&w.bytes[off], &d, 2);
+      if (has_min) std::memcpy(&w.bytes[off + 2], &m, 2);
+    }
+  }
+  w.deq.resize(static_cast<size_t>(N * K));
+  for (int64_t n = 0; n < N; ++n) dequantize_row(t, w.bytes.data() + n * rb, w.deq.data() + n * K, K);
+  return w;
+}
+
+// out[m, n] in double, plus the magnitude sum |x||w| that bounds any float summation's error.
+void reference_matmul(const std::vector<float>& x, int64_t M, const Weights& w, const float* bias,
+                      const float* res, std::vector<double>& out, std::vector<double>& mag) {
+  out.assign(static_cast<size_t>(M * w.N), 0.0);
+  mag.assign(out.size(), 0.0);
+  for (int64_t m = 0; m < M; ++m)
+    for (int64_t n = 0; n < w.N; ++n) {
+      double s = 0.0, a = 0.0;
+      for (int64_t k = 0; k < w.K; ++k) {
+        const double p = double(x[m * w.K + k]) * w.deq[n * w.K + k];
+        s += p;
+        a += std::fabs(p);
+      }
+      if (bias) s += bias[n], a += std::fabs(bias[n]);
+      if (res) s += res[m * w.N + n], a += std::fabs(res[m * w.N + n]);
+      out[m * w.N + n] = s;
+      mag[m * w.N + n] = a;
+    }
+}
+
+std::vector<float> run_matmul(const std::vector<float>& x, int64_t M, const Weights& w, const float* bias,
+                              const float* res, const std::vector<std::pair<int64_t, int64_t>>& splits) {
+  std::vector<float> out(static_cast<size_t>(M * w.N), -12345.0f);
+  std::vector<float> work(static_cast<size_t>(matmul_work_floats(w.K)));
+  for (auto [a, b] : splits)
+    matmul(x.data(), M, w.K, w.bytes.data(), w.type, bias, res, out.data(), w.N, a, b, work.data());
+  return out;
+}
+
+struct MatmulCase {
+  GgmlType type;
+  const char* name;
+  std::vector<int64_t> Ks;  // K values the type allows
+};
+
+std::vector<MatmulCase> matmul_cases() {
+  const std::vector<int64_t> any = {1, 7, 16, 17, 64, 100, 333};
+  const std::vector<int64_t> q32 = {32, 96, 160, 352};
+  return {{GgmlType::F32, "F32", any},   {GgmlType::F16, "F16", any},   {GgmlType::BF16, "BF16", any},
+          {GgmlType::Q8_0, "Q8_0", q32}, {GgmlType::Q4_0, "Q4_0", q32}, {GgmlType::Q4_1, "Q4_1", q32},
+          {GgmlType::Q5_0, "Q5_0", q32}, {GgmlType::Q5_1, "Q5_1", q32}};
+}
+
+// ---- per-ISA fixture -------------------------------------------------------------------------
+
+class KernelIsa : public ::testing::TestWithParam<const char*> {
+ protected:
+  void SetUp() override {
+    if (!kernel_force_isa(GetParam())) GTEST_SKIP() << "this CPU cannot run the " << GetParam() << " path";
+    ASSERT_STREQ(kernel_isa(), GetParam());
+  }
+  void TearDown() override { force_best(); }
+};
+
+TEST_P(KernelIsa, MatmulMatchesDoubleReferenceForEveryType) {
+  uint32_t seed = 1;
+  for (const MatmulCase& c : matmul_cases()) {
+    for (int64_t K : c.Ks) {
+      for (int64_t M : {1, 2, 3, 5}) {
+        const int64_t N = 13;
+        SCOPED_TRACE(std::string(c.name) + " K=" + std::to_string(K) + " M=" + std::to_string(M));
+        const Weights w = make_weights(c.type, N, K, seed++);
+        const std::vector<float> x = randn(static_cast<size_t>(M * K), seed++);
+        const std::vector<float> bias = randn(static_cast<size_t>(N), seed++);
+        const std::vector<float> res = randn(static_cast<size_t>(M * N), seed++);
+        for (int variant = 0; variant < 2; ++variant) {  // without / with bias and residual
+          const float* b = variant ? bias.data() : nullptr;
+          const float* r = variant ? res.data() : nullptr;
+          std::vector<double> want, mag;
+          reference_matmul(x, M, w, b, r, want, mag);
+          const std::vector<float> got = run_matmul(x, M, w, b, r, {{0, N}});
+          for (size_t i = 0; i < got.size(); ++i) {
+            // Worst-case bound of float summation in any order: (K + 2) u sum |terms|.
+            const double tol = double(K + 2) * 6e-8 * mag[i] + 1e-30;
+            ASSERT_NEAR(got[i], want[i], tol) << "element " << i;
+          }
+        }
+      }
+    }
+  }
+}
+
+TEST_P(KernelIsa, MatmulIndependentOfSplitAndOfM) {
+  uint32_t seed = 100;
+  for (const MatmulCase& c : matmul_cases()) {
+    const int64_t K = c.Ks.back(), N = 37, M = 5;
+    SCOPED_TRACE(c.name);
+    const Weights w = make_weights(c.type, N, K, seed++);
+    const std::vector<float> x = randn(static_cast<size_t>(M * K), seed++);
+    const std::vector<float> bias = randn(static_cast<size_t>(N), seed++);
+    const std::vector<float> whole = run_matmul(x, M, w, bias.data(), nullptr, {{0, N}});
+    // Uneven splits put rows in different tile positions (4-row groups, 16-row blocks, remainders).
+    const std::vector<std::vector<std::pair<int64_t, int64_t>>> splits = {
+        {{0, 1}, {1, 6}, {6, 23}, {23, 37}},
+        {{0, 18}, {18, 19}, {19, 37}},
+        {{30, 37}, {0, 3}, {3, 30}},
+    };
+    for (const auto& sp : splits) {
+      const std::vector<float> got = run_matmul(x, M, w, bias.data(), nullptr, sp);
+      for (size_t i = 0; i < got.size(); ++i) ASSERT_TRUE(same_bits(got[i], whole[i])) << "element " << i;
+    }
+    std::vector<float> one_by_one(whole.size());
+    {
+      std::vector<float> work(static_cast<size_t>(matmul_work_floats(K)));
+      for (int64_t n = 0; n < N; ++n)
+        matmul(x.data(), M, K, w.bytes.data(), w.type, bias.data(), nullptr, one_by_one.data(), N, n, n + 1,
+               work.data());
+    }
+    for (size_t i = 0; i < whole.size(); ++i) ASSERT_TRUE(same_bits(one_by_one[i], whole[i])) << i;
+    // Row m of a batch equals the decode (M = 1) result for that row alone.
+    for (int64_t m = 0; m < M; ++m) {
+      const std::vector<float> xm(x.begin() + m * K, x.begin() + (m + 1) * K);
+      const std::vector<float> single = run_matmul(xm, 1, w, bias.data(), nullptr, {{0, 17}, {17, N}});
+      for (int64_t n = 0; n < N; ++n)
+        ASSERT_TRUE(same_bits(single[n], whole[m * N + n])) << "m=" << m << " n=" << n;
+    }
+  }
+}
+
+// A batch larger than the kernel's row chunk (32) and K spanning several K slices (256) with a
+// tail: the blocked prefill path still matches the reference and the M = 1 path bit for bit.
+TEST_P(KernelIsa, MatmulLargeBatchCrossesBlocking) {
+  uint32_t seed = 300;
+  for (auto [t, K] : {std::pair{GgmlType::F32, int64_t{600}}, std::pair{GgmlType::BF16, int64_t{529}},
+                      std::pair{GgmlType::Q4_0, int64_t{608}}, std::pair{GgmlType::Q5_0, int64_t{544}}}) {
+    SCOPED_TRACE(std::string(ggml_type_name(t)));
+    const int64_t M = 37, N = 20;
+    const Weights w = make_weights(t, N, K, seed++);
+    const std::vector<float> x = randn(M * K, seed++);
+    std::vector<double> want, mag;
+    reference_matmul(x, M, w, nullptr, nullptr, want, mag);
+    const std::vector<float> got = run_matmul(x, M, w, nullptr, nullptr, {{0, 9}, {9, N}});
+    for (size_t i = 0; i < got.size(); ++i) ASSERT_NEAR(got[i], want[i], double(K + 2) * 6e-8 * mag[i]) << i;
+    for (int64_t m : {0, 31, 32, 36}) {
+      const std::vector<float> xm(x.begin() + m * K, x.begin() + (m + 1) * K);
+      const std::vector<float> single = run_matmul(xm, 1, w, nullptr, nullptr, {{0, N}});
+      for (int64_t n = 0; n < N; ++n) ASSERT_TRUE(same_bits(single[n], got[m * N + n])) << "m=" << m << " n=" << n;
+    }
+  }
+}
+
+TEST_P(KernelIsa, MatmulResidualMayAliasOutput) {
+  const int64_t M = 3, K = 64, N = 9;
+  const Weights w = make_weights(GgmlType::Q8_0, N, K, 7);
+  const std::vector<float> x = randn(M * K, 8);
+  std::vector<float> out = randn(M * N, 9);
+  const std::vector<float> res = out;
+  const std::vector<float> want = run_matmul(x, M, w, nullptr, res.data(), {{0, N}});
+  std::vector<float> work(matmul_work_floats(K));
+  matmul(x.data(), M, K, w.bytes.data(), w.type, nullptr, out.data(), out.data(), N, 0, N, work.data());
+  for (size_t i = 0; i < out.size(); ++i) EXPECT_TRUE(same_bits(out[i], want[i])) << i;
+}
+
+// stories260K-like shape: F32, dim 64. The scalar path sums in llama2.c's order exactly.
+TEST_P(KernelIsa, F32MatmulMatchesSequentialFloatSum) {
+  const int64_t K = 64, N = 32;
+  const Weights w = make_weights(GgmlType::F32, N, K, 11);
+  const std::vector<float> x = randn(K, 12);
+  const std::vector<float> got = run_matmul(x, 1, w, nullptr, nullptr, {{0, N}});
+  for (int64_t n = 0; n < N; ++n) {
+    float seq = 0.0f;
+    for (int64_t k = 0; k < K; ++k) seq += w.deq[n * K + k] * x[k];
+    if (std::string(GetParam()) == "scalar") {
+      EXPECT_TRUE(same_bits(got[n], seq)) << n;
+    } else {
+      EXPECT_NEAR(got[n], seq, 1e-5) << n;
+    }
+  }
+}
+
+TEST_P(KernelIsa, SwigluMatchesReference) {
+  for (int64_t n : {1, 5, 8, 16, 31, 100}) {
+    std::vector<float> g = randn(n, 20 + n, 3.0f), u = randn(n, 40 + n);
+    if (n == 100) {  // extremes: exp overflow / underflow must not give NaN
+      g[0] = 100.0f, g[1] = -100.0f, g[2] = 1000.0f, g[3] = -1000.0f, g[4] = 0.0f, g[5] = -87.5f, g[6] = 88.9f;
+    }
+    std::vector<float> out(n, -1.0f);
+    swiglu(g.data(), u.data(), out.data(), 0, n);
+    std::vector<float> split(n, -1.0f);
+    for (int64_t i = 0; i < n; i += 3) swiglu(g.data(), u.data(), split.data(), i, std::min(n, i + 3));
+    for (int64_t i = 0; i < n; ++i) {
+      const double gd = g[i];
+      const double want = gd / (1.0 + std::exp(-gd)) * u[i];
+      ASSERT_FALSE(std::isnan(out[i])) << i;
+      ASSERT_NEAR(out[i], want, 4e-7 * std::fabs(want) + 1e-30) << "n=" << n << " i=" << i << " g=" << g[i];
+      ASSERT_TRUE(same_bits(out[i], split[i])) << i;
+    }
+  }
+}
+
+// ---- attention -------------------------------------------------------------------------------
+
+struct AttnProblem {
+  int64_t S, H, Hkv, hd, C;
+  GgmlType kt, vt;
+  std::vector<float> q, kf, vf, mask;  // kf / vf: cache values as float (after F16 rounding)
+  std::vector<uint8_t> k, v;
+};
+
+AttnProblem make_attention(int64_t S, int64_t H, int64_t Hkv, int64_t hd, int64_t C, GgmlType kt, GgmlType vt,
+                           uint32_t seed) {
+  AttnProblem p{S, H, Hkv, hd, C, kt, vt, {}, {}, {}, {}, {}, {}};
+  p.q = randn(S * H * hd, seed, 1.0f);
+  p.kf = randn(C * Hkv * hd, seed + 1, 1.0f);
+  p.vf = randn(C * Hkv * hd, seed + 2, 1.0f);
+  auto pack = [](GgmlType t, std::vector<float>& f, std::vector<uint8_t>& out) {
+    out.resize(ggml_row_bytes(t, static_cast<int64_t>(f.size())));
+    quantize_row(t, f.data(), out.data(), static_cast<int64_t>(f.size()));
+    dequantize_row(t, out.data(), f.data(), static_cast<int64_t>(f.size()));  // what the kernel sees
+  };
+  pack(kt, p.kf, p.k);
+  pack(vt, p.vf, p.v);
+  // Causal mask with the S tokens at the end of the cache; row 0 also masks everything (to check
+  // the fully-masked rule) when S > 1.
+  p.mask.assign(S * C, 0.0f);
+  for (int64_t s = 0; s < S; ++s)
+    for (int64_t t = 0; t < C; ++t)
+      if (t > C - S + s || (S > 1 && s == 0)) p.mask[s * C + t] = -kInf;
+  return p;
+}
+
+std::vector<double> reference_attention(const AttnProblem& p, float scale) {
+  std::vector<double> out(p.S * p.H * p.hd, 0.0);
+  const int64_t group = p.H / p.Hkv;
+  for (int64_t s = 0; s < p.S; ++s)
+    for (int64_t h = 0; h < p.H; ++h) {
+      const int64_t g = h / group;
+      std::vector<double> sc(p.C);
+      double mx = -INFINITY;
+      for (int64_t t = 0; t < p.C; ++t) {
+        double d = 0.0;
+        for (int64_t i = 0; i < p.hd; ++i)
+          d += double(p.q[(s * p.H + h) * p.hd + i]) * p.kf[(t * p.Hkv + g) * p.hd + i];
+        sc[t] = scale * d + p.mask[s * p.C + t];
+        mx = std::max(mx, sc[t]);
+      }
+      if (mx == -INFINITY) continue;
+      double sum = 0.0;
+      for (int64_t t = 0; t < p.C; ++t) sum += (sc[t] = std::exp(sc[t] - mx));
+      for (int64_t t = 0; t < p.C; ++t)
+        for (int64_t i = 0; i < p.hd; ++i)
+          out[(s * p.H + h) * p.hd + i] += sc[t] / sum * p.vf[(t * p.Hkv + g) * p.hd + i];
+    }
+  return out;
+}
+
+std::vector<float> run_attention(const AttnProblem& p, float scale, const std::vector<int64_t>& cuts,
+                                 bool with_mask = true) {
+  std::vector<float> out(p.S * p.H * p.hd, -7.0f);
+  std::vector<float> work(attention_work_floats(p.C) + 1);
+  for (size_t i = 0; i + 1 < cuts.size(); ++i)
+    attention(p.q.data(), p.k.data(), p.kt, p.v.data(), p.vt, with_mask ? p.mask.data() : nullptr, out.data(),
+              p.H, p.Hkv, p.hd, p.C, scale, cuts[i], cuts[i + 1], work.data());
+  return out;
+}
+
+TEST_P(KernelIsa, AttentionMatchesReference) {
+  struct Shape { int64_t S, H, Hkv, hd, C; };
+  const Shape shapes[] = {{1, 2, 2, 4, 1}, {3, 8, 2, 32, 19}, {4, 4, 4, 20, 40}, {2, 6, 3, 64, 7}, {5, 8, 1, 13, 70}};
+  uint32_t seed = 500;
+  for (const Shape& sh : shapes)
+    for (GgmlType kt : {GgmlType::F32, GgmlType::F16})
+      for (GgmlType vt : {GgmlType::F32, GgmlType::F16}) {
+        SCOPED_TRACE("S=" + std::to_string(sh.S) + " H=" + std::to_string(sh.H) + " hd=" + std::to_string(sh.hd) +
+                     " C=" + std::to_string(sh.C) + " k=" + std::string(ggml_type_name(kt)) +
+                     " v=" + std::string(ggml_type_name(vt)));
+        const AttnProblem p = make_attention(sh.S, sh.H, sh.Hkv, sh.hd, sh.C, kt, vt, seed += 3);
+        const float scale = 1.0f / std::sqrt(float(sh.hd));
+        const std::vector<double> want = reference_attention(p, scale);
+        const int64_t R = sh.S * sh.H;
+        const std::vector<float> got = run_attention(p, scale, {0, R});
+        for (size_t i = 0; i < got.size(); ++i) ASSERT_NEAR(got[i], want[i], 2e-5) << "element " << i;
+        if (sh.S > 1) {  // row s = 0 is fully masked: exact zeros
+          for (int64_t i = 0; i < sh.H * sh.hd; ++i) ASSERT_EQ(got[i], 0.0f);
+        }
+        // Any split of the rows gives the same bits.
+        const std::vector<float> split = run_attention(p, scale, {0, 1, R / 2, R / 2 + 1, R});
+        for (size_t i = 0; i < got.size(); ++i) ASSERT_TRUE(same_bits(got[i], split[i])) << i;
+      }
+}
+
+TEST_P(KernelIsa, AttentionWithoutMaskAndEmptyCache) {
+  AttnProblem p = make_attention(2, 4, 2, 16, 9, GgmlType::F32, GgmlType::F16, 77);
+  std::fill(p.mask.begin(), p.mask.end(), 0.0f);
+  const std::vector<double> want = reference_attention(p, 0.3f);
+  const std::vector<float> got = run_attention(p, 0.3f, {0, 8}, /*with_mask=*/false);
+  for (size_t i = 0; i < got.size(); ++i) ASSERT_NEAR(got[i], want[i], 2e-5) << i;
+  // Large scores: the max is subtracted first, so nothing overflows.
+  const std::vector<double> want_big = reference_attention(p, 300.0f);
+  const std::vector<float> got_big = run_attention(p, 300.0f, {0, 8}, false);
+  for (size_t i = 0; i < got_big.size(); ++i) ASSERT_NEAR(got_big[i], want_big[i], 1e-4) << i;
+  // C = 0: every row is fully masked.
+  AttnProblem e = make_attention(1, 2, 1, 8, 0, GgmlType::F32, GgmlType::F32, 3);
+  const std::vector<float> zeros = run_attention(e, 1.0f, {0, 2});
+  for (float f : zeros) ASSERT_EQ(f, 0.0f);
+}
+
+// The paths agree with each other (different summation orders and exp, so not bit for bit).
+TEST(KernelIsaAgreement, AllPathsAgreeWithScalar) {
+  uint32_t seed = 900;
+  for (const MatmulCase& c : matmul_cases()) {
+    for (int64_t M : {1, 4}) {
+      const int64_t K = c.Ks.back(), N = 21;
+      const Weights w = make_weights(c.type, N, K, seed++);
+      const std::vector<float> x = randn(M * K, seed++);
+      std::vector<double> want, mag;
+      reference_matmul(x, M, w, nullptr, nullptr, want, mag);
+      ASSERT_TRUE(kernel_force_isa("scalar"));
+      const std::vector<float> ref = run_matmul(x, M, w, nullptr, nullptr, {{0, N}});
+      for (const char* isa : kIsas) {
+        if (!kernel_force_isa(isa)) continue;
+        const std::vector<float> got = run_matmul(x, M, w, nullptr, nullptr, {{0, N}});
+        for (size_t i = 0; i < got.size(); ++i)
+          ASSERT_NEAR(got[i], ref[i], 1e-6 * mag[i] + 1e-30) << c.name << " " << isa << " element " << i;
+      }
+    }
+  }
+  const AttnProblem p = make_attention(3, 8, 2, 40, 33, GgmlType::F16, GgmlType::F16, 31);
+  ASSERT_TRUE(kernel_force_isa("scalar"));
+  const std::vector<float> ref = run_attention(p, 0.2f, {0, 24});
+  std::vector<float> g = randn(77, 5, 4.0f), u = randn(77, 6), sref(77), sgot(77);
+  swiglu(g.data(), u.data(), sref.data(), 0, 77);
+  for (const char* isa : kIsas) {
+    if (!kernel_force_isa(isa)) continue;
+    const std::vector<float> got = run_attention(p, 0.2f, {0, 24});
+    for (size_t i = 0; i < got.size(); ++i) ASSERT_NEAR(got[i], ref[i], 2e-6) << isa << " attention " << i;
+    swiglu(g.data(), u.data(), sgot.data(), 0, 77);
+    for (int i = 0; i < 77; ++i) ASSERT_NEAR(sgot[i], sref[i], 3e-7 * std::fabs(sref[i]) + 1e-30) << isa << " swiglu " << i;
+  }
+  force_best();
+}
+
+INSTANTIATE_TEST_SUITE_P(Isa, KernelIsa, ::testing::ValuesIn(kIsas),
+                         [](const auto& info) { return std::string(info.param); });
+
+// ---- dispatch --------------------------------------------------------------------------------
+
+TEST(KernelDispatch, ReportsAPathAndRefusesUnknownOnes) {
+  const std::string isa = kernel_isa();
+  EXPECT_TRUE(isa == "scalar" || isa == "avx2" || isa == "avx512") << isa;
+  EXPECT_TRUE(kernel_force_isa("scalar"));  // always available
+  EXPECT_STREQ(kernel_isa(), "scalar");
+  EXPECT_FALSE(kernel_force_isa("sse9"));
+  EXPECT_FALSE(kernel_force_isa(nullptr));
+  EXPECT_STREQ(kernel_isa(), "scalar");
+  force_best();
+#if defined(__x86_64__)
+  __builtin_cpu_init();
+  if (__builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
+      __builtin_cpu_supports("avx512vl") && __builtin_cpu_supports("avx512dq")) {
+    EXPECT_STREQ(kernel_isa(), "avx512");
+  }
+#endif
+}
+
+TEST(KernelErrors, BadArgumentsThrow) {
+  std::vector<float> x(64, 1.0f), out(64), work(matmul_work_floats(64));
+  std::vector<uint8_t> w(4096);
+  EXPECT_THROW(matmul(x.data(), 1, 64, w.data(), GgmlType::Q4_K, nullptr, nullptr, out.data(), 1, 0, 1, work.data()),
+               Error);  // no dequantiser
+  EXPECT_THROW(matmul(x.data(), 1, 48, w.data(), GgmlType::Q8_0, nullptr, nullptr, out.data(), 1, 0, 1, work.data()),
+               Error);  // K not whole blocks
+  EXPECT_THROW(matmul(x.data(), 2, 64, w.data(), GgmlType::Q8_0, nullptr, nullptr, out.data(), 1, 0, 1, nullptr),
+               Error);  // needs work
+  EXPECT_THROW(matmul(x.data(), 1, 64, w.data(), GgmlType::F32, nullptr, nullptr, out.data(), 4, 2, 5, nullptr),
+               Error);  // range
+  EXPECT_THROW(attention(x.data(), w.data(), GgmlType::Q8_0, w.data(), GgmlType::F32, nullptr, out.data(), 2, 1, 4, 2,
+                         1.0f, 0, 1, work.data()),
+               Error);
+  EXPECT_THROW(attention(x.data(), w.data(), GgmlType::F32, w.data(), GgmlType::F32, nullptr, out.data(), 3, 2, 4, 2,
+                         1.0f, 0, 1, work.data()),
+               Error);  // 3 heads over 2 KV heads
+  EXPECT_THROW(rope(x.data(), nullptr, 1, 8, 8, 10000.0f, 1.0f, 1, 0, 1), Error);
+  EXPECT_THROW(rope(x.data(), nullptr, 1, 8, 10, 10000.0f, 1.0f, 0, 0, 1), Error);
+  EXPECT_THROW(scatter_rows(x.data(), nullptr, w.data(), GgmlType::Q8_0, 32, 1, 0, 1), Error);
+  // F32 decode needs no work buffer.
+  std::vector<float> wf(64, 0.5f);
+  matmul(x.data(), 1, 64, wf.data(), GgmlType::F32, nullptr, nullptr, out.data(), 1, 0, 1, nullptr);
+  EXPECT_EQ(out[0], 32.0f);
+}
+
+// ---- the scalar-only kernels -----------------------------------------------------------------
+
+TEST(Kernels, EmbedRowsDequantisesAndZeroesBadIds) {
+  for (GgmlType t : {GgmlType::F32, GgmlType::F16, GgmlType::Q8_0, GgmlType::Q4_0, GgmlType::Q5_1}) {
+    const int64_t V = 10, D = 64;
+    const Weights w = make_weights(t, V, D, 3);
+    const std::vector<int32_t> ids = {3, 0, -1, 9, 10, 3};
+    std::vector<float> out(ids.size() * D, -5.0f);
+    embed_rows(t, w.bytes.data(), V, D, ids.data(), out.data(), 0, 2);
+    embed_rows(t, w.bytes.data(), V, D, ids.data(), out.data(), 2, 6);
+    for (size_t s = 0; s < ids.size(); ++s)
+      for (int64_t j = 0; j < D; ++j) {
+        const float want = (ids[s] < 0 || ids[s] >= V) ? 0.0f : w.deq[ids[s] * D + j];
+        ASSERT_TRUE(same_bits(out[s * D + j], want)) << ggml_type_name(t) << " s=" << s << " j=" << j;
+      }
+  }
+  std::vector<float> out(8);
+  const int32_t id = 0;
+  EXPECT_THROW(embed_rows(GgmlType::Q6_K, out.data(), 1, 256, &id, out.data(), 0, 1), Error);
+}
+
+TEST(Kernels, RmsnormMatchesReferenceInPlace) {
+  for (int64_t D : {1, 7, 64, 301}) {
+    const int64_t S = 3;
+    std::vector<float> x = randn(S * D, 50 + D, 2.0f), w = randn(D, 60 + D);
+    std::vector<float> out(S * D);
+    rmsnorm_rows(x.data(), w.data(), out.data(), D, 1e-5f, 0, S);
+    for (int64_t s = 0; s < S; ++s) {
+      double ss = 0.0;
+      for (int64_t j = 0; j < D; ++j) ss += double(x[s * D + j]) * x[s * D + j];
+      const double sc = 1.0 / std::sqrt(ss / D + 1e-5);
+      for (int64_t j = 0; j < D; ++j)
+        ASSERT_NEAR(out[s * D + j], x[s * D + j] * sc * w[j], 1e-6 * std::fabs(x[s * D + j] * sc * w[j]) + 1e-12);
+    }
+    std::vector<float> inplace = x;
+    rmsnorm_rows(inplace.data(), w.data(), inplace.data(), D, 1e-5f, 0, 1);
+    rmsnorm_rows(inplace.data(), w.data(), inplace.data(), D, 1e-5f, 1, S);
+    for (size_t i = 0; i < out.size(); ++i) ASSERT_TRUE(same_bits(inplace[i], out[i]));
+  }
+}
+
+TEST(Kernels, AddAddsTheRange) {
+  std::vector<float> a = randn(20, 1), b = randn(20, 2), out(20, 9.0f);
+  add(a.data(), b.data(), out.data(), 3, 17);
+  for (int i = 0; i < 20; ++i) EXPECT_EQ(out[i], (i >= 3 && i < 17) ? a[i] + b[i] : 9.0f);
+}
+
+TEST(Kernels, RopeMatchesReference) {
+  const int64_t S = 3, H = 2;
+  const std::vector<int32_t> pos = {0, 5, 1000};
+  for (int mode : {0, 2})
+    for (int64_t hd : {8, 64})
+      for (int64_t n_rot : {hd, hd / 2}) {
+        std::vector<float> x = randn(S * H * hd, 70 + hd + mode), orig = x;
+        const float base = 10000.0f, fs = 0.5f;
+        rope(x.data(), pos.data(), H, hd, n_rot, base, fs, mode, 0, 1);
+        rope(x.data(), pos.data(), H, hd, n_rot, base, fs, mode, 1, S * H);
+        for (int64_t r = 0; r < S * H; ++r) {
+          const double p = pos[r / H];
+          std::vector<double> want(orig.begin() + r * hd, orig.begin() + (r + 1) * hd);
+          for (int64_t i = 0; i < n_rot / 2; ++i) {
+            const double th = p * fs * std::pow(double(base), -2.0 * i / n_rot);
+            const int64_t ia = mode == 0 ? 2 * i : i, ib = mode == 0 ? 2 * i + 1 : i + n_rot / 2;
+            const double a = orig[r * hd + ia], b = orig[r * hd + ib];
+            want[ia] = a * std::cos(th) - b * std::sin(th);
+            want[ib] = a * std::sin(th) + b * std::cos(th);
+          }
+          for (int64_t j = 0; j < hd; ++j)
+            ASSERT_NEAR(x[r * hd + j], want[j], 1e-5) << "mode " << mode << " n_rot " << n_rot << " r " << r << " j " << j;
+        }
+      }
+}
+
+TEST(Kernels, ScatterRowsWritesF32AndF16) {
+  const int64_t R = 5, C = 4;
+  const std::vector<float> src = randn(3 * R, 4);
+  const std::vector<int32_t> idx = {2, -1, 0};
+  std::vector<float> d32(C * R, 1.0f);
+  std::vector<uint16_t> d16(C * R, 0x3C00);
+  scatter_rows(src.data(), idx.data(), d32.data(), GgmlType::F32, R, C, 0, 3);
+  scatter_rows(src.data(), idx.data(), d16.data(), GgmlType::F16, R, C, 0, 3);
+  for (int64_t c = 0; c < C; ++c)
+    for (int64_t j = 0; j < R; ++j) {
+      const int64_t s = c == 2 ? 0 : c == 0 ? 2 : -1;
+      const float want = s < 0 ? 1.0f : src[s * R + j];
+      EXPECT_EQ(d32[c * R + j], want);
+      EXPECT_EQ(d16[c * R + j], fp32_to_fp16(want));
+    }
+}
+
+}  // namespace
+}  // namespace npullm::cpu

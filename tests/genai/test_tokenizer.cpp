@@ -1,0 +1,595 @@
+// Tokenizer tests: llama.cpp's tokenizer vectors for the SentencePiece vocabs, the llama2.c
+// reference for stories260K, hand-built vocabs for the merge rules and byte fallback, and the
+// streaming decoder's UTF-8 handling.
+#include <gtest/gtest.h>
+
+#include <iostream>
+#include <memory>
+#include <nlohmann/json.hpp>
+#include <string>
+#include <vector>
+
+#include "common/error.h"
+#include "formats/gguf.h"
+#include "genai/tokenizer.h"
+#include "test_util.h"
+
+namespace npullm::genai {
+namespace {
+
+using test::read_file;
+using test::shared_path;
+
+// ---------------------------------------------------------------------------------------------
+// helpers
+
+// Runs `f` and returns the npullm::Error message it throws ("" when it does not throw).
+template <typename F>
+std::string error_of(F&& f) {
+  try {
+    f();
+  } catch (const Error& e) {
+    return e.what();
+  }
+  return "";
+}
+
+// Strict UTF-8 check, written independently of the tokenizer's own validator.
+bool is_valid_utf8(const std::string& s) {
+  size_t i = 0;
+  while (i < s.size()) {
+    const auto c = static_cast<unsigned char>(s[i]);
+    size_t n;
+    uint32_t cp;
+    if (c < 0x80) {
+      n = 1;
+      cp = c;
+    } else if ((c >> 5) == 0x6) {
+      n = 2;
+      cp = c & 0x1F;
+    } else if ((c >> 4) == 0xE) {
+      n = 3;
+      cp = c & 0x0F;
+    } else if ((c >> 3) == 0x1E) {
+      n = 4;
+      cp = c & 0x07;
+    } else {
+      return false;
+    }
+    if (i + n > s.size()) return false;
+    for (size_t k = 1; k < n; ++k) {
+      const auto cc = static_cast<unsigned char>(s[i + k]);
+      if ((cc >> 6) != 0x2) return false;
+      cp = (cp << 6) | (cc & 0x3F);
+    }
+    static const uint32_t min_cp[] = {0, 0, 0x80, 0x800, 0x10000};
+    if (cp < min_cp[n] || cp > 0x10FFFF || (cp >= 0xD800 && cp <= 0xDFFF)) return false;
+    i += n;
+  }
+  return true;
+}
+
+std::string ids_to_line(const std::vector<int32_t>& ids) {
+  std::string line;
+  for (int32_t id : ids) line += " " + std::to_string(id);
+  return line;
+}
+
+// The .inp/.out pair of a llama.cpp vocab test (format: ../shared/models/README.md section 3).
+struct VocabCases {
+  std::vector<std::string> texts;
+  std::vector<std::string> expected;  // one line per text: " id id id"
+};
+
+VocabCases load_cases(const std::string& inp_path, const std::string& out_path) {
+  VocabCases c;
+  const std::string inp = read_file(inp_path);
+  const std::string sep = "\n__ggml_vocab_test__\n";
+  for (size_t pos = 0, next; (next = inp.find(sep, pos)) != std::string::npos;
+       pos = next + sep.size())
+    c.texts.push_back(inp.substr(pos, next - pos));
+  const std::string out = read_file(out_path);
+  for (size_t pos = 0, next; (next = out.find('\n', pos)) != std::string::npos; pos = next + 1)
+    c.expected.push_back(out.substr(pos, next - pos));
+  return c;
+}
+
+Tokenizer load_tokenizer(const std::string& rel) {
+  auto f = GgufFile::open(shared_path(rel));
+  return Tokenizer(Vocab::from_gguf(*f));
+}
+
+// Encodes every case (no BOS, as llama.cpp's test-tokenizer-0 does) and compares with the .out
+// line; also checks that decoding gives the text back and that streaming gives the same text.
+void check_vocab_vectors(const Tokenizer& tok, const std::string& vectors_rel) {
+  const VocabCases c =
+      load_cases(shared_path(vectors_rel + ".inp"), shared_path(vectors_rel + ".out"));
+  ASSERT_EQ(c.texts.size(), 46u) << "expected llama.cpp's 46 standard cases";
+  ASSERT_EQ(c.expected.size(), c.texts.size());
+  size_t passed = 0;
+  for (size_t i = 0; i < c.texts.size(); ++i) {
+    const std::string& text = c.texts[i];
+    const std::vector<int32_t> ids = tok.encode(text, /*add_bos=*/false);
+    const std::string got = ids_to_line(ids);
+    EXPECT_EQ(got, c.expected[i]) << "case " << i << " text [" << text << "]";
+    if (got == c.expected[i]) ++passed;
+
+    // Byte fallback makes SentencePiece lossless: the text comes back once the dummy-prefix space
+    // is dropped.
+    EXPECT_EQ(tok.decode(ids, /*strip_leading_space=*/true), text) << "round trip, case " << i;
+
+    StreamDecoder stream(tok, /*strip_leading_space=*/true);
+    std::string streamed;
+    for (int32_t id : ids) {
+      const std::string piece = stream.push(id);
+      EXPECT_TRUE(is_valid_utf8(piece)) << "case " << i << " streamed invalid UTF-8";
+      streamed += piece;
+    }
+    streamed += stream.flush();
+    EXPECT_EQ(streamed, text) << "stream, case " << i;
+  }
+  std::cout << "[          ] " << vectors_rel << ": " << passed << "/" << c.texts.size()
+            << " cases match\n";
+}
+
+// A small hand-built SentencePiece vocab: <unk>, <s>, </s>, optionally the 256 byte tokens, then
+// the given normal tokens with their scores.
+struct Piece {
+  std::string text;
+  float score;
+  TokenType type = TokenType::Normal;
+};
+
+Vocab make_vocab(const std::vector<Piece>& pieces, bool with_bytes = true,
+                 bool space_prefix = false) {
+  Vocab v;
+  auto add = [&](std::string text, float score, TokenType type) {
+    v.tokens.push_back(std::move(text));
+    v.scores.push_back(score);
+    v.types.push_back(type);
+  };
+  add("<unk>", 0, TokenType::Unknown);
+  add("<s>", 0, TokenType::Control);
+  add("</s>", 0, TokenType::Control);
+  if (with_bytes)
+    for (int b = 0; b < 256; ++b) add(fmt::format("<0x{:02X}>", b), 0, TokenType::Byte);
+  for (const Piece& p : pieces) add(p.text, p.score, p.type);
+  v.bos = 1;
+  v.eos = 2;
+  v.unk = 0;
+  v.add_space_prefix = space_prefix;
+  return v;
+}
+
+// Token id of `text` in a hand-built vocab.
+int32_t id_of(const Tokenizer& tok, const std::string& text) {
+  for (int32_t i = 0; i < tok.n_vocab(); ++i)
+    if (tok.vocab().tokens[i] == text) return i;
+  ADD_FAILURE() << "no token " << text;
+  return -1;
+}
+
+int32_t byte_id(uint8_t b) { return 3 + b; }  // in make_vocab(with_bytes=true)
+
+// ---------------------------------------------------------------------------------------------
+// llama.cpp tokenizer vectors
+
+TEST(TokenizerVectors, LlamaSpm) {
+  NPULLM_REQUIRE_SHARED("models/vocab/ggml-vocab-llama-spm.gguf");
+  const Tokenizer tok = load_tokenizer("models/vocab/ggml-vocab-llama-spm.gguf");
+  EXPECT_EQ(tok.n_vocab(), 32000);
+  EXPECT_EQ(tok.bos(), 1);
+  EXPECT_EQ(tok.eos(), 2);
+  EXPECT_EQ(tok.vocab().unk, 0);
+  EXPECT_TRUE(tok.vocab().add_bos);
+  EXPECT_TRUE(tok.vocab().add_space_prefix);
+  check_vocab_vectors(tok, "models/vocab/ggml-vocab-llama-spm.gguf");
+}
+
+TEST(TokenizerVectors, Phi3) {
+  NPULLM_REQUIRE_SHARED("models/vocab/ggml-vocab-phi-3.gguf");
+  const Tokenizer tok = load_tokenizer("models/vocab/ggml-vocab-phi-3.gguf");
+  EXPECT_EQ(tok.n_vocab(), 32064);
+  EXPECT_EQ(tok.bos(), 1);
+  EXPECT_EQ(tok.eos(), 32000);
+  check_vocab_vectors(tok, "models/vocab/ggml-vocab-phi-3.gguf");
+}
+
+// Same Llama-2 vocab as llama-spm but without an add_bos_token key: the default must be true.
+TEST(TokenizerVectors, OllamaTinyRandomSharesLlamaVocab) {
+  NPULLM_REQUIRE_SHARED("models/ollama/llama-2-tiny-random.gguf");
+  NPULLM_REQUIRE_SHARED("models/vocab/ggml-vocab-llama-spm.gguf.inp");
+  const Tokenizer tok = load_tokenizer("models/ollama/llama-2-tiny-random.gguf");
+  EXPECT_TRUE(tok.vocab().add_bos);
+  EXPECT_EQ(tok.encode("Hello world", true), (std::vector<int32_t>{1, 15043, 3186}));
+  check_vocab_vectors(tok, "models/vocab/ggml-vocab-llama-spm.gguf");
+}
+
+// Long input: the merge loop is a priority queue over a linked list, so a few hundred KB is quick.
+TEST(TokenizerVectors, LongInputRoundTrips) {
+  NPULLM_REQUIRE_SHARED("models/vocab/ggml-vocab-llama-spm.gguf");
+  const Tokenizer tok = load_tokenizer("models/vocab/ggml-vocab-llama-spm.gguf");
+  const VocabCases c = load_cases(shared_path("models/vocab/ggml-vocab-llama-spm.gguf.inp"),
+                                  shared_path("models/vocab/ggml-vocab-llama-spm.gguf.out"));
+  std::string text;
+  while (text.size() < 300'000)
+    for (const std::string& t : c.texts) text += t + "\n";
+  text += std::string(50'000, 'a');  // one long run of a repeated character
+  const std::vector<int32_t> ids = tok.encode(text, true);
+  ASSERT_FALSE(ids.empty());
+  EXPECT_EQ(ids.front(), 1);
+  EXPECT_EQ(tok.decode(ids, true), text);
+}
+
+// ---------------------------------------------------------------------------------------------
+// stories260K (llama2.c reference)
+
+TEST(TokenizerStories, VocabHeader) {
+  NPULLM_REQUIRE_SHARED("models/llama2c/stories260K.gguf");
+  const Tokenizer tok = load_tokenizer("models/llama2c/stories260K.gguf");
+  const Vocab& v = tok.vocab();
+  ASSERT_EQ(tok.n_vocab(), 512);
+  EXPECT_EQ(v.model, "llama");
+  EXPECT_EQ(v.bos, 1);
+  EXPECT_EQ(v.eos, 2);
+  EXPECT_EQ(v.unk, 0);
+  EXPECT_EQ(v.types[0], TokenType::Unknown);
+  EXPECT_EQ(v.types[1], TokenType::Control);
+  EXPECT_EQ(v.types[2], TokenType::Control);
+  for (int i = 3; i <= 258; ++i) EXPECT_EQ(v.types[i], TokenType::Byte) << i;
+  for (int i = 259; i < 512; ++i) EXPECT_EQ(v.types[i], TokenType::Normal) << i;
+  EXPECT_EQ(tok.token_to_piece(13), "\n");  // <0x0A>
+  EXPECT_EQ(tok.token_to_piece(1), "");
+}
+
+TEST(TokenizerStories, PromptAndGreedyReferenceText) {
+  NPULLM_REQUIRE_SHARED("models/llama2c/stories260K.gguf");
+  NPULLM_REQUIRE_SHARED("models/llama2c/stories260K.greedy-reference.json");
+  const Tokenizer tok = load_tokenizer("models/llama2c/stories260K.gguf");
+  EXPECT_EQ(tok.encode("Once upon a time", true), (std::vector<int32_t>{1, 403, 407, 261, 378}));
+
+  const auto ref = nlohmann::json::parse(
+      read_file(shared_path("models/llama2c/stories260K.greedy-reference.json")));
+  ASSERT_FALSE(ref.at("cases").empty());
+  for (const auto& c : ref.at("cases")) {
+    const std::string name = c.at("name");
+    const auto prompt_ids = c.at("prompt_ids").get<std::vector<int32_t>>();
+    const auto next_ids = c.at("next_ids").get<std::vector<int32_t>>();
+    const std::string stdout_text = c.at("stdout_text");
+    if (name.rfind("A_", 0) == 0) {
+      EXPECT_EQ(tok.encode("Once upon a time", true), prompt_ids);
+    }
+    if (prompt_ids.size() == 1) {
+      EXPECT_EQ(tok.encode("", true), prompt_ids) << name;
+    }
+
+    // run.c prints the pieces of every token after BOS, dropping the space a piece starts with
+    // right after BOS, then a newline. next_ids are exactly the tokens after BOS (the prompt's
+    // forced ones first); a sampled BOS would have ended the run before being printed.
+    std::vector<int32_t> after_bos;
+    for (int32_t id : next_ids) {
+      if (id == tok.bos()) break;
+      after_bos.push_back(id);
+    }
+    EXPECT_EQ(tok.decode(after_bos, true) + "\n", stdout_text) << name;
+
+    // The same text, streamed token by token.
+    StreamDecoder stream(tok, true);
+    std::string streamed;
+    for (int32_t id : after_bos) streamed += stream.push(id);
+    streamed += stream.flush();
+    EXPECT_EQ(streamed + "\n", stdout_text) << name;
+  }
+}
+
+// ---------------------------------------------------------------------------------------------
+// merge rules on hand-built vocabs
+
+TEST(Tokenizer, HighestScoreMergesFirst) {
+  {
+    const Tokenizer tok(make_vocab({{"a", -10}, {"b", -10}, {"c", -10}, {"ab", -2}, {"bc", -1}}));
+    EXPECT_EQ(tok.encode("abc", false), (std::vector<int32_t>{id_of(tok, "a"), id_of(tok, "bc")}));
+  }
+  {
+    const Tokenizer tok(make_vocab({{"a", -10}, {"b", -10}, {"c", -10}, {"ab", -1}, {"bc", -2}}));
+    EXPECT_EQ(tok.encode("abc", false), (std::vector<int32_t>{id_of(tok, "ab"), id_of(tok, "c")}));
+  }
+  {
+    // A merged symbol keeps merging: ab + c -> abc even though "bc" scores higher than "abc".
+    const Tokenizer tok(
+        make_vocab({{"a", -10}, {"b", -10}, {"c", -10}, {"ab", -1}, {"bc", -2}, {"abc", -5}}));
+    EXPECT_EQ(tok.encode("abc", false), (std::vector<int32_t>{id_of(tok, "abc")}));
+  }
+}
+
+TEST(Tokenizer, TiesMergeLeftmostFirst) {
+  const Tokenizer tok(make_vocab({{"a", -10}, {"aa", -1}}));
+  const int32_t a = id_of(tok, "a"), aa = id_of(tok, "aa");
+  EXPECT_EQ(tok.encode("aaa", false), (std::vector<int32_t>{aa, a}));
+  EXPECT_EQ(tok.encode("aaaaa", false), (std::vector<int32_t>{aa, aa, a}));
+}
+
+TEST(Tokenizer, SpacesAndDummyPrefix) {
+  const std::string sp = "\xE2\x96\x81";  // U+2581
+  Vocab v =
+      make_vocab({{sp, -10}, {"h", -10}, {"i", -10}, {"hi", -3}, {sp + "hi", -1}, {sp + sp, -20}});
+  v.add_space_prefix = true;
+  const Tokenizer tok(v);
+  const int32_t space = id_of(tok, sp), hi = id_of(tok, "hi"), shi = id_of(tok, sp + "hi");
+  EXPECT_EQ(tok.encode("hi", false), (std::vector<int32_t>{shi}));
+  EXPECT_EQ(tok.encode("hi hi", false), (std::vector<int32_t>{shi, shi}));
+  EXPECT_EQ(tok.encode(" hi", false), (std::vector<int32_t>{space, shi}));
+  EXPECT_EQ(tok.encode("hi", true), (std::vector<int32_t>{1, shi}));
+  EXPECT_EQ(tok.encode("", false), std::vector<int32_t>{});
+  EXPECT_EQ(tok.encode("", true), std::vector<int32_t>{1});
+
+  v.add_space_prefix = false;
+  const Tokenizer no_prefix(v);
+  EXPECT_EQ(no_prefix.encode("hi", false), (std::vector<int32_t>{hi}));
+  EXPECT_EQ(no_prefix.encode("hi hi", false), (std::vector<int32_t>{hi, shi}));
+
+  v.add_bos = false;  // the vocab says no BOS: encode(add_bos=true) adds none
+  EXPECT_EQ(Tokenizer(v).encode("hi", true), (std::vector<int32_t>{hi}));
+}
+
+TEST(Tokenizer, ByteFallbackForCharactersWithoutToken) {
+  const Tokenizer tok(make_vocab({{"a", -1}}));
+  // "é" is C3 A9, the emoji F0 9F 98 80: neither has a token, so each goes out byte by byte.
+  const std::string e_acute = "\xC3\xA9";
+  EXPECT_EQ(tok.encode("a" + e_acute + "a", false),
+            (std::vector<int32_t>{id_of(tok, "a"), byte_id(0xC3), byte_id(0xA9), id_of(tok, "a")}));
+  EXPECT_EQ(tok.encode("\xF0\x9F\x98\x80", false),
+            (std::vector<int32_t>{byte_id(0xF0), byte_id(0x9F), byte_id(0x98), byte_id(0x80)}));
+  // Invalid UTF-8 is not rejected either: it is spelled in bytes too. Like llama.cpp, a character's
+  // length comes from its lead byte alone, so the bogus lead FF takes the "a" after it along.
+  EXPECT_EQ(tok.encode("a\xFF", false), (std::vector<int32_t>{id_of(tok, "a"), byte_id(0xFF)}));
+  EXPECT_EQ(tok.encode(std::string("\xFF") + "a", false),
+            (std::vector<int32_t>{byte_id(0xFF), byte_id('a')}));
+  EXPECT_EQ(tok.decode(tok.encode("a\xC3\xA9\xF0\x9F\x98\x80", false)),
+            "a\xC3\xA9\xF0\x9F\x98\x80");
+}
+
+TEST(Tokenizer, UnknownBytesWithoutByteTokensBecomeUnk) {
+  const Tokenizer tok(make_vocab({{"a", -1}}, /*with_bytes=*/false));
+  EXPECT_EQ(tok.encode("a\xC3\xA9", false), (std::vector<int32_t>{id_of(tok, "a"), 0, 0}));
+
+  Vocab no_unk = make_vocab({{"a", -1}}, false);
+  no_unk.unk = -1;
+  const Tokenizer strict(no_unk);
+  EXPECT_NE(error_of([&] { strict.encode("\xC3\xA9", false); }).find("0xC3"), std::string::npos);
+}
+
+TEST(Tokenizer, TokenToPieceByType) {
+  const std::string sp = "\xE2\x96\x81";
+  const Tokenizer tok(make_vocab({{sp + "hi" + sp + "x", -1},
+                                  {sp, -1},
+                                  {"<tag>", 0, TokenType::UserDefined},
+                                  {"<pad>", 0, TokenType::Unused}}));
+  EXPECT_EQ(tok.token_to_piece(id_of(tok, sp + "hi" + sp + "x")), " hi x");
+  EXPECT_EQ(tok.token_to_piece(id_of(tok, sp)), " ");
+  EXPECT_EQ(tok.token_to_piece(id_of(tok, "<tag>")), "<tag>");
+  EXPECT_EQ(tok.token_to_piece(id_of(tok, "<pad>")), "");
+  EXPECT_EQ(tok.token_to_piece(byte_id(0x41)), "A");
+  EXPECT_EQ(tok.token_to_piece(byte_id(0x00)), std::string(1, '\0'));
+  EXPECT_EQ(tok.token_to_piece(byte_id(0xF0)), "\xF0");
+  EXPECT_EQ(tok.token_to_piece(1), "");              // <s>
+  EXPECT_EQ(tok.token_to_piece(2), "");              // </s>
+  EXPECT_EQ(tok.token_to_piece(0), "\xE2\x96\x85");  // <unk>, printed as llama.cpp does
+  EXPECT_NE(error_of([&] { tok.token_to_piece(tok.n_vocab()); }).find("out of range"),
+            std::string::npos);
+  EXPECT_NE(error_of([&] { tok.token_to_piece(-1); }).find("out of range"), std::string::npos);
+}
+
+TEST(Tokenizer, DecodeStripsOnlyTheFirstLeadingSpace) {
+  const std::string sp = "\xE2\x96\x81";
+  const Tokenizer tok(make_vocab({{sp + "hi", -1}, {sp, -1}}));
+  const int32_t shi = id_of(tok, sp + "hi"), space = id_of(tok, sp);
+  EXPECT_EQ(tok.decode({1, shi, shi}), " hi hi");
+  EXPECT_EQ(tok.decode({1, shi, shi}, true), "hi hi");
+  EXPECT_EQ(tok.decode({shi, shi}, true), "hi hi");
+  EXPECT_EQ(tok.decode({space, shi}, true), " hi");  // only one space goes
+  EXPECT_EQ(tok.decode({}, true), "");
+}
+
+TEST(Tokenizer, RejectsInconsistentVocab) {
+  Vocab v = make_vocab({{"a", -1}});
+  v.scores.pop_back();
+  EXPECT_NE(error_of([&] { Tokenizer t(v); }).find("scores"), std::string::npos);
+  v = make_vocab({{"a", -1}});
+  v.types.pop_back();
+  EXPECT_NE(error_of([&] { Tokenizer t(v); }).find("token types"), std::string::npos);
+  v = make_vocab({{"a", -1}});
+  v.bos = 100000;
+  EXPECT_NE(error_of([&] { Tokenizer t(v); }).find("bos"), std::string::npos);
+  v = make_vocab({{"a", -1}});
+  v.model = "gpt2";
+  EXPECT_NE(error_of([&] { Tokenizer t(v); }).find("tokenizer model 'gpt2' is not supported yet"),
+            std::string::npos);
+}
+
+// ---------------------------------------------------------------------------------------------
+// StreamDecoder
+
+TEST(StreamDecoder, HoldsBackSplitCharacterUntilComplete) {
+  const Tokenizer tok(make_vocab({{"a", -1}}));
+  const std::string emoji = "\xF0\x9F\x98\x80";  // U+1F600
+  const std::vector<int32_t> ids = tok.encode("a" + emoji + "a", false);
+  ASSERT_EQ(ids.size(), 6u);
+
+  StreamDecoder s(tok);
+  EXPECT_EQ(s.push(ids[0]), "a");
+  EXPECT_EQ(s.push(ids[1]), "");  // F0
+  EXPECT_EQ(s.push(ids[2]), "");  // 9F
+  EXPECT_EQ(s.push(ids[3]), "");  // 98
+  EXPECT_EQ(s.push(ids[4]), emoji);
+  EXPECT_EQ(s.push(ids[5]), "a");
+  EXPECT_EQ(s.flush(), "");
+}
+
+TEST(StreamDecoder, PiecesAreValidUtf8AndConcatenateToDecode) {
+  const std::string sp = "\xE2\x96\x81";
+  Vocab v = make_vocab({{sp, -5}, {"a", -5}, {sp + "a", -1}, {"\xC3\xA9", -2}});
+  v.add_space_prefix = true;
+  const Tokenizer tok(v);
+  const std::string text = "a \xC3\xA9 \xE4\xB8\xAD\xE6\x96\x87 \xF0\x9F\x98\x80\xF0\x9F\x91\x8D a";
+  const std::vector<int32_t> ids = tok.encode(text, true);
+  for (bool strip : {false, true}) {
+    StreamDecoder s(tok, strip);
+    std::string all;
+    for (int32_t id : ids) {
+      const std::string piece = s.push(id);
+      EXPECT_TRUE(is_valid_utf8(piece)) << "token " << id;
+      all += piece;
+    }
+    all += s.flush();
+    EXPECT_EQ(all, tok.decode(ids, strip));
+  }
+  EXPECT_EQ(tok.decode(ids, true), text);
+}
+
+TEST(StreamDecoder, FlushReplacesIncompleteTail) {
+  const Tokenizer tok(make_vocab({{"a", -1}}));
+  StreamDecoder s(tok);
+  EXPECT_EQ(s.push(byte_id(0xF0)), "");
+  EXPECT_EQ(s.push(byte_id(0x9F)), "");
+  EXPECT_EQ(s.flush(), "\xEF\xBF\xBD");
+  EXPECT_EQ(s.flush(), "");
+}
+
+TEST(StreamDecoder, InvalidBytesBecomeReplacementAtOnce) {
+  const Tokenizer tok(make_vocab({{"a", -1}}));
+  StreamDecoder s(tok);
+  EXPECT_EQ(s.push(byte_id(0xFF)), "\xEF\xBF\xBD");  // never valid in UTF-8
+  EXPECT_EQ(s.push(byte_id(0x80)), "\xEF\xBF\xBD");  // stray continuation byte
+  EXPECT_EQ(s.push(byte_id(0xE2)), "");              // could still become a character...
+  EXPECT_EQ(s.push(id_of(tok, "a")),
+            "\xEF\xBF\xBD"
+            "a");  // ...but "a" is no continuation
+  EXPECT_EQ(s.push(byte_id(0xED)), "");
+  EXPECT_EQ(s.push(byte_id(0xA0)), "\xEF\xBF\xBD\xEF\xBF\xBD");  // ED A0 starts a surrogate
+  EXPECT_EQ(s.flush(), "");
+}
+
+TEST(StreamDecoder, StripsLeadingSpaceOfFirstPieceOnly) {
+  const std::string sp = "\xE2\x96\x81";
+  const Tokenizer tok(make_vocab({{sp + "hi", -1}}));
+  const int32_t shi = id_of(tok, sp + "hi");
+  StreamDecoder s(tok, true);
+  EXPECT_EQ(s.push(1), "");  // BOS prints nothing and does not count as the first piece
+  EXPECT_EQ(s.push(shi), "hi");
+  EXPECT_EQ(s.push(shi), " hi");
+  StreamDecoder keep(tok);
+  EXPECT_EQ(keep.push(shi), " hi");
+}
+
+// ---------------------------------------------------------------------------------------------
+// Vocab::from_gguf on hand-written GGUFs
+
+struct MemGguf {
+  std::vector<uint8_t> bytes;
+  std::unique_ptr<GgufFile> file;
+};
+
+MemGguf build(const GgufWriter& w) {
+  MemGguf m;
+  m.bytes = w.serialize();
+  m.file = GgufFile::from_memory(m.bytes.data(), m.bytes.size(), "test.gguf");
+  return m;
+}
+
+GgufWriter tokenizer_writer(const std::vector<std::string>& tokens) {
+  GgufWriter w;
+  w.add_string("general.architecture", "llama");
+  w.add_string("tokenizer.ggml.model", "llama");
+  w.add_string_array("tokenizer.ggml.tokens", tokens);
+  return w;
+}
+
+TEST(VocabFromGguf, DefaultsWhenKeysAreAbsent) {
+  const MemGguf m = build(tokenizer_writer({"<unk>", "<s>", "</s>", "a"}));
+  const Vocab v = Vocab::from_gguf(*m.file);
+  EXPECT_EQ(v.model, "llama");
+  ASSERT_EQ(v.tokens.size(), 4u);
+  EXPECT_EQ(v.scores, std::vector<float>(4, 0.0f));
+  EXPECT_EQ(v.types, std::vector<TokenType>(4, TokenType::Normal));
+  EXPECT_EQ(v.bos, 1);
+  EXPECT_EQ(v.eos, 2);
+  EXPECT_EQ(v.unk, 0);
+  EXPECT_TRUE(v.add_bos);
+  EXPECT_TRUE(v.add_space_prefix);
+}
+
+TEST(VocabFromGguf, ReadsEveryKey) {
+  GgufWriter w = tokenizer_writer({"<unk>", "<s>", "</s>", "a", "b"});
+  w.add_f32_array("tokenizer.ggml.scores", {0, 0, 0, -1.5f, -2.5f});
+  w.add_i32_array("tokenizer.ggml.token_type", {2, 3, 3, 1, 4});
+  w.add_u32("tokenizer.ggml.bos_token_id", 4);
+  w.add_u32("tokenizer.ggml.eos_token_id", 3);
+  w.add_u32("tokenizer.ggml.unknown_token_id", 0xFFFFFFFFu);  // "unset"
+  w.add_bool("tokenizer.ggml.add_bos_token", false);
+  w.add_bool("tokenizer.ggml.add_space_prefix", false);
+  const MemGguf m = build(w);
+  const Vocab v = Vocab::from_gguf(*m.file);
+  EXPECT_EQ(v.tokens[3], "a");
+  EXPECT_EQ(v.scores[4], -2.5f);
+  EXPECT_EQ(v.types[0], TokenType::Unknown);
+  EXPECT_EQ(v.types[4], TokenType::UserDefined);
+  EXPECT_EQ(v.bos, 4);
+  EXPECT_EQ(v.eos, 3);
+  EXPECT_EQ(v.unk, -1);
+  EXPECT_FALSE(v.add_bos);
+  EXPECT_FALSE(v.add_space_prefix);
+}
+
+// The message of the error that reading a vocab from `w`'s file throws ("" when none); the GGUF
+// reader may already reject some of these files while validating them, which is fine as well.
+std::string from_gguf_error(const GgufWriter& w) {
+  return error_of([&] { Vocab::from_gguf(*build(w).file); });
+}
+
+TEST(VocabFromGguf, Errors) {
+  {
+    GgufWriter w;
+    w.add_string("tokenizer.ggml.model", "gpt2");
+    w.add_string_array("tokenizer.ggml.tokens", {"a"});
+    EXPECT_NE(from_gguf_error(w).find("tokenizer model 'gpt2' is not supported yet"),
+              std::string::npos);
+  }
+  {
+    GgufWriter w;
+    w.add_string("tokenizer.ggml.model", "llama");
+    EXPECT_NE(from_gguf_error(w).find("tokenizer.ggml.tokens"), std::string::npos);
+  }
+  {
+    GgufWriter w;
+    EXPECT_NE(from_gguf_error(w).find("tokenizer.ggml.model"), std::string::npos);
+  }
+  {
+    GgufWriter w = tokenizer_writer({"a", "b", "c"});
+    w.add_f32_array("tokenizer.ggml.scores", {0, 0});
+    EXPECT_NE(from_gguf_error(w).find("tokenizer.ggml.scores"), std::string::npos);
+  }
+  {
+    GgufWriter w = tokenizer_writer({"a", "b", "c"});
+    w.add_i32_array("tokenizer.ggml.token_type", {1, 1, 1, 1});
+    EXPECT_NE(from_gguf_error(w).find("tokenizer.ggml.token_type"), std::string::npos);
+  }
+  {
+    GgufWriter w = tokenizer_writer({"a", "b", "c"});
+    w.add_i32_array("tokenizer.ggml.token_type", {1, 9, 1});
+    EXPECT_NE(from_gguf_error(w).find("tokenizer.ggml.token_type[1]"), std::string::npos);
+  }
+  {
+    GgufWriter w = tokenizer_writer({"a", "b", "c"});
+    w.add_u32("tokenizer.ggml.eos_token_id", 3);
+    EXPECT_NE(from_gguf_error(w).find("tokenizer.ggml.eos_token_id"), std::string::npos);
+  }
+  {
+    GgufWriter w = tokenizer_writer({"a"});
+    w.add_string("tokenizer.ggml.scores", "not an array");
+    EXPECT_NE(from_gguf_error(w).find("tokenizer.ggml.scores"), std::string::npos);
+  }
+}
+
+}  // namespace
+}  // namespace npullm::genai
