@@ -28,12 +28,15 @@ struct GgmlTypeTraits {
 bool ggml_type_known(uint32_t id);
 const GgmlTypeTraits& ggml_type_traits(GgmlType t);  // throws npullm::Error for unknown ids
 std::string_view ggml_type_name(GgmlType t);           // "unknown(99)"-style text is not returned: use known()
+                                                       // (unknown ids give an empty view; never throws)
 
 // Bytes taken by one row of `n` elements; throws if n is not a multiple of the block size.
 size_t ggml_row_bytes(GgmlType t, int64_t n);
 
 // Converts one row of `n` elements of type `t` at `src` to float32 (n must be a whole number of
-// blocks). Throws npullm::Error for types without a dequantiser.
+// blocks). Throws npullm::Error for types without a dequantiser. Supported (can_dequantize): F32, F16,
+// BF16, Q4_0, Q4_1, Q5_0, Q5_1, Q8_0, Q2_K, Q3_K, Q4_K, Q5_K, Q6_K, IQ4_NL, IQ4_XS; the results are
+// bit-identical to ggml's dequantize_row_* (tests/formats/test_dequant.cpp checks golden vectors).
 void dequantize_row(GgmlType t, const void* src, float* dst, int64_t n);
 
 // IEEE half / bfloat16 conversions (scalar, exact, round-to-nearest-even on the way down).

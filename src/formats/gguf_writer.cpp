@@ -189,7 +189,7 @@ std::vector<uint8_t> GgufWriter::serialize() const {
   const bool add_alignment_key = !have_alignment_key && alignment != kDefaultAlignment;
 
   ByteSink out;
-  out.bytes.insert(out.bytes.end(), {'G', 'G', 'U', 'F'});
+  for (char c : std::string_view("GGUF")) out.bytes.push_back(static_cast<uint8_t>(c));  // magic
   out.u32(3);
   out.u64(tensors_.size());
   out.u64(kv_.size() + (add_alignment_key ? 1 : 0));

@@ -47,8 +47,18 @@ struct Weights {
   std::vector<float> deq;  // exact dequantised values, [N, K]
 };
 
+// Byte offsets of the f16 scale fields (d, and dmin / m where there is one) in a block of t.
+std::vector<int> f16_fields(GgmlType t) {
+  switch (t) {
+    case GgmlType::Q4_1: case GgmlType::Q5_1: case GgmlType::Q4_K: case GgmlType::Q5_K: return {0, 2};
+    case GgmlType::Q5_0: return {0};
+    case GgmlType::Q6_K: return {208};
+    default: return {};
+  }
+}
+
 // Random weights of type t. Types with a quantiser are quantised from Gaussian values; the others
-// (Q4_1, Q5_0, Q5_1) get random quant bits and small random fp16 scales / mins.
+// (Q4_1, Q5_0, Q5_1, K-quants) get random quant bits and small random fp16 scales / mins.
 Weights make_weights(GgmlType t, int64_t N, int64_t K, uint32_t seed) {
   Weights w{t, N, K, {}, {}};
   const size_t rb = ggml_row_bytes(t, K);
@@ -61,13 +71,12 @@ Weights make_weights(GgmlType t, int64_t N, int64_t K, uint32_t seed) {
     std::mt19937 rng(seed);
     for (uint8_t& b : w.bytes) b = static_cast<uint8_t>(rng());
     const int64_t bs = ggml_type_traits(t).type_size;
-    const bool has_min = t == GgmlType::Q4_1 || t == GgmlType::Q5_1;
     std::uniform_real_distribution<float> ud(-0.05f, 0.05f);
-    for (size_t off = 0; off < w.bytes.size(); off += bs) {
-      const uint16_t d = fp32_to_fp16(ud(rng)), m = fp32_to_fp16(ud(rng));
-      std::memcpy(&w.bytes[off], &d, 2);
-      if (has_min) std::memcpy(&w.bytes[off + 2], &m, 2);
-    }
+    for (size_t off = 0; off < w.bytes.size(); off += bs)
+      for (int f : f16_fields(t)) {
+        const uint16_t h = fp32_to_fp16(ud(rng));
+        std::memcpy(&w.bytes[off + f], &h, 2);
+      }
   }
   w.deq.resize(static_cast<size_t>(N * K));
   for (int64_t n = 0; n < N; ++n) dequantize_row(t, w.bytes.data() + n * rb, w.deq.data() + n * K, K);
@@ -114,7 +123,8 @@ std::vector<MatmulCase> matmul_cases() {
   const std::vector<int64_t> q32 = {32, 96, 160, 352};
   return {{GgmlType::F32, "F32", any},   {GgmlType::F16, "F16", any},   {GgmlType::BF16, "BF16", any},
           {GgmlType::Q8_0, "Q8_0", q32}, {GgmlType::Q4_0, "Q4_0", q32}, {GgmlType::Q4_1, "Q4_1", q32},
-          {GgmlType::Q5_0, "Q5_0", q32}, {GgmlType::Q5_1, "Q5_1", q32}};
+          {GgmlType::Q5_0, "Q5_0", q32}, {GgmlType::Q5_1, "Q5_1", q32}, {GgmlType::Q4_K, "Q4_K", {256, 512}},
+          {GgmlType::Q6_K, "Q6_K", {256, 512}}};
 }
 
 // ---- per-ISA fixture -------------------------------------------------------------------------
@@ -432,7 +442,7 @@ TEST(KernelDispatch, ReportsAPathAndRefusesUnknownOnes) {
 TEST(KernelErrors, BadArgumentsThrow) {
   std::vector<float> x(64, 1.0f), out(64), work(matmul_work_floats(64));
   std::vector<uint8_t> w(4096);
-  EXPECT_THROW(matmul(x.data(), 1, 64, w.data(), GgmlType::Q4_K, nullptr, nullptr, out.data(), 1, 0, 1, work.data()),
+  EXPECT_THROW(matmul(x.data(), 1, 64, w.data(), GgmlType::IQ2_XXS, nullptr, nullptr, out.data(), 1, 0, 1, work.data()),
                Error);  // no dequantiser
   EXPECT_THROW(matmul(x.data(), 1, 48, w.data(), GgmlType::Q8_0, nullptr, nullptr, out.data(), 1, 0, 1, work.data()),
                Error);  // K not whole blocks
@@ -473,7 +483,7 @@ TEST(Kernels, EmbedRowsDequantisesAndZeroesBadIds) {
   }
   std::vector<float> out(8);
   const int32_t id = 0;
-  EXPECT_THROW(embed_rows(GgmlType::Q6_K, out.data(), 1, 256, &id, out.data(), 0, 1), Error);
+  EXPECT_THROW(embed_rows(GgmlType::IQ2_XXS, out.data(), 1, 256, &id, out.data(), 0, 1), Error);
 }
 
 TEST(Kernels, RmsnormMatchesReferenceInPlace) {

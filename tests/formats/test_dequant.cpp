@@ -295,7 +295,7 @@ TEST_P(QuantRoundTrip, ErrorWithinHalfAStep) {
   std::vector<float> y(n);
   quantize_row(rt.type, x.data(), q.data(), n);
   dequantize_row(rt.type, q.data(), y.data(), n);
-  double sq = 0.0, sq_ref = 0.0;
+  double sq = 0.0;
   for (int64_t b = 0; b < n / 32; ++b) {
     double amax = 0.0;
     for (int j = 0; j < 32; ++j) amax = std::max(amax, std::fabs(double(x[b * 32 + j])));
@@ -309,7 +309,6 @@ TEST_P(QuantRoundTrip, ErrorWithinHalfAStep) {
         ASSERT_EQ(y[i], 0.0f);
       }
       sq += err * err;
-      sq_ref += double(x[i]) * x[i];
     }
   }
   // The sign of the largest element survives in Q4_0 (it maps exactly to -8).

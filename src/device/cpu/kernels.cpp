@@ -9,6 +9,9 @@
 
 #include <atomic>
 #include <cmath>
+#if defined(__x86_64__) || defined(__i386__)
+#include <cpuid.h>
+#endif
 #include <cstdlib>
 #include <cstring>
 #include <string_view>
@@ -113,12 +116,20 @@ namespace {
 
 using detail::IsaKernels;
 
+#if defined(__x86_64__) || defined(__i386__)
+// F16C straight from CPUID (leaf 1, ECX bit 29): clang's __builtin_cpu_supports has no "f16c".
+// Its OS-state needs (YMM) are those of AVX, which the avx2 check below already covers.
+bool cpu_has_f16c() {
+  unsigned a = 0, b = 0, c = 0, d = 0;
+  return __get_cpuid(1, &a, &b, &c, &d) != 0 && (c & bit_F16C) != 0;
+}
+#endif
+
 // 0 = scalar, 1 = avx2, 2 = avx512: paths are ordered, a CPU that runs one runs the lower ones.
 int best_level() {
 #if defined(__x86_64__) || defined(__i386__)
   __builtin_cpu_init();
-  const bool avx2 = __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") &&
-                    __builtin_cpu_supports("f16c");
+  const bool avx2 = __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") && cpu_has_f16c();
   // The AVX-512 file is compiled with F/BW/VL/DQ (+FMA/F16C); the compiler may emit any of them.
   // It is also given VNNI/BF16 flags but uses neither (no intrinsics, no int8 dot patterns).
   const bool avx512 = avx2 && __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&

@@ -5,7 +5,7 @@
 namespace npullm::cpu {
 
 namespace {
-constexpr int kSpinsBeforeSleep = 20000;  // ~tens of microseconds of pause before the futex wait
+constexpr int kSpinsBeforeSleep = 4000;  // a few tens of microseconds of pause before sleeping or yielding
 }
 
 WorkerPool::WorkerPool(int threads) : n_threads_(threads < 1 ? 1 : threads) {
@@ -36,7 +36,7 @@ void WorkerPool::worker_main(int worker) {
       e = epoch_.load(std::memory_order_acquire);
     }
     if (e == seen) {
-      epoch_.wait(seen, std::memory_order_acquire);
+      epoch_.wait(seen, std::memory_order_acquire);  // futex sleep until run_raw() bumps the epoch
       continue;
     }
     seen = e;
@@ -60,7 +60,12 @@ void WorkerPool::run_raw(int64_t n_items, RawFn fn, void* ctx) {
   epoch_.fetch_add(1, std::memory_order_release);
   epoch_.notify_all();
   drain(0);
-  while (busy_.load(std::memory_order_acquire) != 0) _mm_pause();
+  // Spin while the others finish their last items; yield if that takes long (an oversubscribed
+  // machine may have descheduled a worker, and spinning would only keep it off the core).
+  for (int spin = 0; busy_.load(std::memory_order_acquire) != 0; ++spin) {
+    if (spin < kSpinsBeforeSleep) _mm_pause();
+    else std::this_thread::yield();
+  }
 }
 
 }  // namespace npullm::cpu
