@@ -4,6 +4,7 @@ set -euo pipefail
 packages=(
   build-essential cmake ninja-build pkg-config binutils
   libcli11-dev nlohmann-json3-dev libfmt-dev libxxhash-dev libgtest-dev libbenchmark-dev
+  libpcre2-dev libedit-dev nodejs npm
 )
 missing=()
 for p in "${packages[@]}"; do

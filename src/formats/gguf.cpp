@@ -52,8 +52,8 @@ uint64_t min_encoded_size(GgufValueType t) {
     case GgufValueType::U8: case GgufValueType::I8: case GgufValueType::BOOL: return 1;
     case GgufValueType::U16: case GgufValueType::I16: return 2;
     case GgufValueType::U32: case GgufValueType::I32: case GgufValueType::F32: return 4;
-    case GgufValueType::U64: case GgufValueType::I64: case GgufValueType::F64: return 8;
-    case GgufValueType::STRING: return 8;
+    case GgufValueType::U64: case GgufValueType::I64: case GgufValueType::F64:
+    case GgufValueType::STRING: return 8;  // a string is at least its u64 length
     case GgufValueType::ARRAY: return 4 + 8;
   }
   return 1;
@@ -105,8 +105,7 @@ class Cursor {
   }
 
   // Checks that `count` items of at least `min_item` bytes each can still fit, before the caller
-  // reserves memory for them.
-  // `ctx` (e.g. " for key 'x'") follows the count in the message.
+  // reserves memory for them. `ctx` (e.g. " for key 'x'") follows the count in the message.
   void check_count(size_t at, uint64_t count, uint64_t min_item, std::string_view what,
                    std::string_view ctx = {}) const {
     const uint64_t most = remaining() / min_item;

@@ -22,7 +22,7 @@ namespace {
 using T = GgufValueType;
 constexpr uint64_t k2p62 = uint64_t{1} << 62;
 constexpr uint64_t kU64Max = ~uint64_t{0};
-constexpr uint32_t kF32 = 0, kF16 = 1, kQ8_0 = 8, kQ4_K = 12, kF64 = 28;
+constexpr uint32_t kF32 = 0, kQ8_0 = 8, kQ4_K = 12, kF64 = 28;
 const char* const kStories = "models/llama2c/stories260K.gguf";
 
 // ---- Building files byte by byte ------------------------------------------------------------------
@@ -202,6 +202,12 @@ TEST(GgufMalformed, BaselinesAreValid) {
   const std::vector<uint8_t> raw = one_tensor({8}, kF32, 0, 32);
   EXPECT_TRUE(parses(raw));
   EXPECT_TRUE(parses(one_key("k", uint32_t(T::U8), [](Raw& r) { r.u8(1); })));
+  // Edge cases that are valid: a 0-dim (scalar) tensor, as ggml allows, and an empty key.
+  const std::vector<uint8_t> scalar = one_tensor({}, kF32, 0, 32);
+  const auto s = GgufFile::from_memory(scalar.data(), scalar.size(), "scalar");
+  EXPECT_EQ(s->tensor("w").n_elements(), 1);
+  EXPECT_EQ(s->tensor("w").n_bytes, 4u);
+  EXPECT_TRUE(parses(one_key("", uint32_t(T::U8), [](Raw& r) { r.u8(1); })));
 }
 
 // ---- Truncation ---------------------------------------------------------------------------------------
