@@ -24,7 +24,8 @@ enum class OpCode : uint32_t {
   // out = a + b elementwise.  ptr: 0 a, 1 b, 2 out. dim: 0 count.
   Add = 4,
   // Rotary embedding, in place on x[s, h, :] for s < S, h < H, at position pos[s].
-  // ptr: 0 x (f32 [S,H,hd]), 1 pos (i32 [S]). dim: 0 S, 1 H, 2 hd, 3 n_rot (<= hd, even).
+  // ptr: 0 x (f32 [S,H,hd]), 1 pos (i32 [S]), 2 freq factors (f32 [n_rot/2]) or 0.
+  // dim: 0 S, 1 H, 2 hd, 3 n_rot (<= hd, even). theta_i = pos * freq_scale * base^(-2i/n_rot) / factor_i.
   // fparam: 0 freq_base, 1 freq_scale. iparam 0: 0 = adjacent pairs (GPT-J / llama "normal"),
   // 2 = halves (GPT-NeoX).
   Rope = 5,

@@ -13,6 +13,7 @@ int main(int argc, char** argv) {
   npullm::cli::add_run(app, actions);
   npullm::cli::add_compile(app, actions);
   npullm::cli::add_inspect(app, actions);
+  npullm::cli::add_logits(app, actions);
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {

@@ -6,7 +6,9 @@
 namespace npullm::cli {
 
 void RuntimeOptions::add_to(CLI::App* cmd) {
-  cmd->add_option("--prefill-chunk", cfg.prefill_chunk, "tokens per prefill blob run (P)")->capture_default_str();
+  cmd->add_option("--prefill-chunk", cfg.prefill_chunk, "tokens per prefill blob run (P)")
+      ->capture_default_str()
+      ->each([this](const std::string&) { chunk_given = true; });
   cmd->add_option("--variants", variants, "generate variant capacities, e.g. 64,128,256 (default: from --max-prompt-len + --min-response-len)");
   cmd->add_option("--max-prompt-len", cfg.max_prompt_len, "MAX_PROMPT_LEN for the default capacities")->capture_default_str();
   cmd->add_option("--min-response-len", cfg.min_response_len, "MIN_RESPONSE_LEN for the default capacities")->capture_default_str();

@@ -226,7 +226,7 @@ class Lowering {
           break;
         case Op::Rope:
           task.op = static_cast<uint32_t>(OpCode::Rope);
-          bind_operand(task, t, 0, id); bind_operand(task, t, 1, in(1));
+          bind_operand(task, t, 0, id); bind_operand(task, t, 1, in(1)); bind_operand(task, t, 2, in(2));
           task.dim[0] = S; task.dim[1] = n.heads; task.dim[2] = n.shape.at(1).value / n.heads; task.dim[3] = n.n_rot;
           task.fparam[0] = n.freq_base; task.fparam[1] = n.freq_scale; task.iparam[0] = n.rope_mode;
           break;

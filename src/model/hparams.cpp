@@ -23,8 +23,9 @@ HParams HParams::from_gguf(const GgufFile& f) {
   std::optional<std::string> arch = f.get_string("general.architecture");
   if (!arch) fail("{}: missing key 'general.architecture'", f.path());
   h.arch = *arch;
-  if (h.arch != "llama")
-    fail("{}: architecture '{}' is not supported (supported: llama)", f.path(), h.arch);
+  if (h.arch != "llama" && h.arch != "qwen2")
+    fail("{}: architecture '{}' is not supported (supported: llama, qwen2)", f.path(), h.arch);
+  h.rope_mode = h.arch == "qwen2" ? 2 : 0;  // Qwen2 rotates split halves (NeoX), Llama adjacent pairs
   h.name = f.get_string("general.name").value_or(h.arch);
   const std::string p = h.arch + ".";
   h.n_layer = require_positive(f, p + "block_count");
@@ -41,6 +42,16 @@ HParams HParams::from_gguf(const GgufFile& f) {
   if (auto v = f.get_float(p + "rope.freq_base")) h.rope_freq_base = static_cast<float>(*v);
   if (auto v = f.get_float(p + "attention.layer_norm_rms_epsilon")) h.rms_eps = static_cast<float>(*v);
   if (h.rope_freq_base <= 0) fail("{}: rope.freq_base must be positive", f.path());
+  // Rope scaling: linear divides positions by the factor; Llama 3.1's per-frequency factors come as
+  // the rope_freqs.weight tensor (the graph reads it). Anything else would compute wrong numbers.
+  const std::string scaling = f.get_string(p + "rope.scaling.type").value_or("none");
+  if (scaling == "linear") {
+    const double factor = f.get_float(p + "rope.scaling.factor").value_or(1.0);
+    if (factor <= 0) fail("{}: rope.scaling.factor must be positive", f.path());
+    h.rope_freq_scale = static_cast<float>(1.0 / factor);
+  } else if (scaling != "none" && scaling != "llama3") {
+    fail("{}: rope scaling type '{}' is not supported (supported: none, linear, llama3 via rope_freqs)", f.path(), scaling);
+  }
 
   const GgufTensorInfo& embd = f.tensor("token_embd.weight");
   if (embd.dims.size() != 2 || embd.dims[0] != h.n_embd)

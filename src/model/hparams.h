@@ -10,7 +10,7 @@ class GgufFile;
 namespace npullm::model {
 
 struct HParams {
-  std::string arch;          // general.architecture ("llama")
+  std::string arch;          // general.architecture ("llama" or "qwen2")
   std::string name;          // general.name, for display
   int64_t n_layer = 0;       // <arch>.block_count
   int64_t n_embd = 0;        // <arch>.embedding_length
@@ -22,7 +22,7 @@ struct HParams {
   int64_t head_dim = 0;      // n_embd / n_head
   int64_t n_rot = 0;         // <arch>.rope.dimension_count (defaults to head_dim)
   float rope_freq_base = 10000.0f;
-  float rope_freq_scale = 1.0f;
+  float rope_freq_scale = 1.0f;  // 1 / rope.scaling.factor for linear scaling
   float rms_eps = 1e-5f;     // <arch>.attention.layer_norm_rms_epsilon
   bool tied_output = false;  // no output.weight: the embedding table doubles as the classifier
   int rope_mode = 0;         // 0 adjacent pairs (llama), 2 NeoX halves

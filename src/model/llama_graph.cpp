@@ -1,6 +1,7 @@
 #include "model/llama_graph.h"
 
 #include <cmath>
+#include <set>
 #include <fmt/ranges.h>
 
 #include "common/error.h"
@@ -26,7 +27,10 @@ class Builder {
            fmt::join(dims, ","));
     const uint32_t type = static_cast<uint32_t>(t->type);
     if (dims.size() == 1 && t->type != GgmlType::F32)
-      fail("{}: tensor '{}' is {} but norm weights must be F32", f_.path(), name, ggml_type_name(t->type));
+      fail("{}: tensor '{}' is {} but norms, biases and rope factors must be F32", f_.path(), name, ggml_type_name(t->type));
+    if (!ggml_type_traits(t->type).can_dequantize)
+      fail("{}: tensor '{}' has type {}, which npullm cannot compute with yet", f_.path(), name, ggml_type_name(t->type));
+    used_.insert(name);
     ir::Node n{.op = ir::Op::Weight, .name = name, .type = type};
     for (auto it = dims.rbegin(); it != dims.rend(); ++it) n.shape.push_back(*it);
     n.weight_dims = std::move(dims);
@@ -42,8 +46,13 @@ class Builder {
     return g_.add(ir::Node{.op = op, .name = name, .inputs = std::move(inputs), .shape = std::move(shape), .type = kF32});
   }
 
-  int matmul(const std::string& name, int x, int w, int64_t n_out, int residual = ir::kNoInput) {
-    return op(ir::Op::MatMul, name, {x, w, ir::kNoInput, residual}, {"seq", n_out});
+  int matmul(const std::string& name, int x, int w, int64_t n_out, int residual = ir::kNoInput, int bias = ir::kNoInput) {
+    return op(ir::Op::MatMul, name, {x, w, bias, residual}, {"seq", n_out});
+  }
+
+  // An optional tensor (biases, rope factors): the weight node when the file has it.
+  int optional_weight(const std::string& name, std::vector<int64_t> dims) {
+    return f_.find_tensor(name) ? weight(name, std::move(dims)) : ir::kNoInput;
   }
 
   int rmsnorm(const std::string& name, int x, int w) {
@@ -53,7 +62,7 @@ class Builder {
   }
 
   int rope(const std::string& name, int x, int positions, int64_t heads) {
-    int id = op(ir::Op::Rope, name, {x, positions}, {"seq", heads * hp_.head_dim});
+    int id = op(ir::Op::Rope, name, {x, positions, rope_factors_}, {"seq", heads * hp_.head_dim});
     ir::Node& n = g_.node(id);
     n.n_rot = hp_.n_rot;
     n.heads = heads;
@@ -81,14 +90,19 @@ class Builder {
     const int mask = param("attention_mask", {"seq", "ctx"}, kF32);
 
     const int embd = weight("token_embd.weight", {D, hp_.n_vocab});
+    rope_factors_ = optional_weight("rope_freqs.weight", {hp_.n_rot / 2});
     int x = op(ir::Op::Embed, "embed", {embd, ids}, {"seq", D});
 
     for (int64_t l = 0; l < hp_.n_layer; ++l) {
       const std::string b = fmt::format("blk.{}.", l);
       int h = rmsnorm(b + "attn_norm", x, weight(b + "attn_norm.weight", {D}));
-      int q = matmul(b + "q", h, weight(b + "attn_q.weight", {D, H * hd}), H * hd);
-      int k = matmul(b + "k", h, weight(b + "attn_k.weight", {D, Hkv * hd}), Hkv * hd);
-      int v = matmul(b + "v", h, weight(b + "attn_v.weight", {D, Hkv * hd}), Hkv * hd);
+      // Q/K/V biases (Qwen2) are added before RoPE, inside the projection.
+      int q = matmul(b + "q", h, weight(b + "attn_q.weight", {D, H * hd}), H * hd, ir::kNoInput,
+                     optional_weight(b + "attn_q.bias", {H * hd}));
+      int k = matmul(b + "k", h, weight(b + "attn_k.weight", {D, Hkv * hd}), Hkv * hd, ir::kNoInput,
+                     optional_weight(b + "attn_k.bias", {Hkv * hd}));
+      int v = matmul(b + "v", h, weight(b + "attn_v.weight", {D, Hkv * hd}), Hkv * hd, ir::kNoInput,
+                     optional_weight(b + "attn_v.bias", {Hkv * hd}));
       q = rope(b + "q_rope", q, positions, H);
       k = rope(b + "k_rope", k, positions, Hkv);
       int kc = update_state(b + "key", rows, k);
@@ -109,6 +123,11 @@ class Builder {
     const int out_w = hp_.tied_output ? embd : weight("output.weight", {D, hp_.n_vocab});
     const int logits = matmul("logits", x, out_w, hp_.n_vocab);
     g_.add(ir::Node{.op = ir::Op::Result, .name = "logits", .inputs = {logits}, .shape = {"seq", hp_.n_vocab}, .type = kF32});
+    // A tensor the graph does not use means a model variant we do not understand: refuse it rather
+    // than compute something else.
+    for (const GgufTensorInfo& t : f_.tensors())
+      if (!used_.count(t.name))
+        fail("{}: tensor '{}' is not part of the {} graph npullm builds (unsupported model variant)", f_.path(), t.name, hp_.arch);
     return std::move(g_);
   }
 
@@ -116,6 +135,8 @@ class Builder {
   const HParams& hp_;
   const GgufFile& f_;
   ir::Graph g_;
+  std::set<std::string> used_;
+  int rope_factors_ = ir::kNoInput;
 };
 
 }  // namespace

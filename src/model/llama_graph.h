@@ -1,4 +1,5 @@
-// Builds the Llama-family transformer as a stateful IR graph with dynamic dimensions.
+// Builds the Llama-family transformer (llama, qwen2) as a stateful IR graph with dynamic dimensions.
+// Optional tensors change the graph: attn_{q,k,v}.bias (Qwen2) and rope_freqs.weight (Llama 3.1).
 //
 // Inputs (dims: "seq" = tokens in this run, "ctx" = state capacity in rows):
 //   input_ids       i32 [seq]        token ids

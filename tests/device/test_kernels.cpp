@@ -456,8 +456,8 @@ TEST(KernelErrors, BadArgumentsThrow) {
   EXPECT_THROW(attention(x.data(), w.data(), GgmlType::F32, w.data(), GgmlType::F32, nullptr, out.data(), 3, 2, 4, 2,
                          1.0f, 0, 1, work.data()),
                Error);  // 3 heads over 2 KV heads
-  EXPECT_THROW(rope(x.data(), nullptr, 1, 8, 8, 10000.0f, 1.0f, 1, 0, 1), Error);
-  EXPECT_THROW(rope(x.data(), nullptr, 1, 8, 10, 10000.0f, 1.0f, 0, 0, 1), Error);
+  EXPECT_THROW(rope(x.data(), nullptr, 1, 8, 8, 10000.0f, 1.0f, nullptr, 1, 0, 1), Error);
+  EXPECT_THROW(rope(x.data(), nullptr, 1, 8, 10, 10000.0f, 1.0f, nullptr, 0, 0, 1), Error);
   EXPECT_THROW(scatter_rows(x.data(), nullptr, w.data(), GgmlType::Q8_0, 32, 1, 0, 1), Error);
   // F32 decode needs no work buffer.
   std::vector<float> wf(64, 0.5f);
@@ -517,16 +517,20 @@ TEST(Kernels, RopeMatchesReference) {
   const std::vector<int32_t> pos = {0, 5, 1000};
   for (int mode : {0, 2})
     for (int64_t hd : {8, 64})
-      for (int64_t n_rot : {hd, hd / 2}) {
+      for (int64_t n_rot : {hd, hd / 2})
+      for (bool with_factors : {false, true}) {
         std::vector<float> x = randn(S * H * hd, 70 + hd + mode), orig = x;
         const float base = 10000.0f, fs = 0.5f;
-        rope(x.data(), pos.data(), H, hd, n_rot, base, fs, mode, 0, 1);
-        rope(x.data(), pos.data(), H, hd, n_rot, base, fs, mode, 1, S * H);
+        std::vector<float> factors(static_cast<size_t>(n_rot / 2));
+        for (size_t i = 0; i < factors.size(); ++i) factors[i] = 1.0f + 0.37f * static_cast<float>(i);
+        const float* ff = with_factors ? factors.data() : nullptr;
+        rope(x.data(), pos.data(), H, hd, n_rot, base, fs, ff, mode, 0, 1);
+        rope(x.data(), pos.data(), H, hd, n_rot, base, fs, ff, mode, 1, S * H);
         for (int64_t r = 0; r < S * H; ++r) {
           const double p = pos[r / H];
           std::vector<double> want(orig.begin() + r * hd, orig.begin() + (r + 1) * hd);
           for (int64_t i = 0; i < n_rot / 2; ++i) {
-            const double th = p * fs * std::pow(double(base), -2.0 * i / n_rot);
+            const double th = p * fs * std::pow(double(base), -2.0 * i / n_rot) / (ff ? ff[i] : 1.0);
             const int64_t ia = mode == 0 ? 2 * i : i, ib = mode == 0 ? 2 * i + 1 : i + n_rot / 2;
             const double a = orig[r * hd + ia], b = orig[r * hd + ib];
             want[ia] = a * std::cos(th) - b * std::sin(th);

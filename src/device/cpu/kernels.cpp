@@ -235,46 +235,38 @@ void add(const float* a, const float* b, float* out, int64_t i0, int64_t i1) {
 }
 
 void rope(float* x, const int32_t* pos, int64_t H, int64_t hd, int64_t n_rot, float freq_base,
-          float freq_scale, int mode, int64_t r0, int64_t r1) {
+          float freq_scale, const float* freq_factors, int mode, int64_t r0, int64_t r1) {
   if (r0 >= r1) return;
   if (mode != 0 && mode != 2) fail("rope: mode {} is not supported (0 = normal, 2 = NeoX)", mode);
   if (n_rot < 0 || n_rot > hd || n_rot % 2 != 0)
     fail("rope: n_rot {} must be even and at most the head size {}", n_rot, hd);
   if (H <= 0) fail("rope: H must be positive, got {}", H);
   const int64_t half = n_rot / 2;
+  auto theta = [&](int64_t s, int64_t i) {
+    const double inv_freq = std::pow(static_cast<double>(freq_base), -2.0 * static_cast<double>(i) / static_cast<double>(n_rot));
+    const double factor = freq_factors ? static_cast<double>(freq_factors[i]) : 1.0;
+    return static_cast<double>(pos[s]) * freq_scale * inv_freq / factor;
+  };
   // cos/sin of the current position, computed in double once per token (not per head) and kept
   // on the stack; wider rotations than this are computed per row.
   constexpr int64_t kMaxPairs = 512;
   float cs[kMaxPairs], sn[kMaxPairs];
   int64_t cached_s = -1;
-  auto angles = [&](int64_t s) {
-    for (int64_t i = 0; i < half; ++i) {
-      const double inv_freq = std::pow(static_cast<double>(freq_base), -2.0 * static_cast<double>(i) / n_rot);
-      const double theta = static_cast<double>(pos[s]) * freq_scale * inv_freq;
-      cs[i] = static_cast<float>(std::cos(theta));
-      sn[i] = static_cast<float>(std::sin(theta));
-    }
-  };
   for (int64_t r = r0; r < r1; ++r) {
     const int64_t s = r / H;
     float* v = x + r * hd;
-    if (half <= kMaxPairs) {
-      if (s != cached_s) {
-        angles(s);
-        cached_s = s;
+    if (half <= kMaxPairs && s != cached_s) {
+      for (int64_t i = 0; i < half; ++i) {
+        const double t = theta(s, i);
+        cs[i] = static_cast<float>(std::cos(t));
+        sn[i] = static_cast<float>(std::sin(t));
       }
+      cached_s = s;
     }
     for (int64_t i = 0; i < half; ++i) {
-      float c, sv;
-      if (half <= kMaxPairs) {
-        c = cs[i];
-        sv = sn[i];
-      } else {
-        const double theta = static_cast<double>(pos[s]) * freq_scale *
-                             std::pow(static_cast<double>(freq_base), -2.0 * static_cast<double>(i) / n_rot);
-        c = static_cast<float>(std::cos(theta));
-        sv = static_cast<float>(std::sin(theta));
-      }
+      const double t = half <= kMaxPairs ? 0.0 : theta(s, i);
+      const float c = half <= kMaxPairs ? cs[i] : static_cast<float>(std::cos(t));
+      const float sv = half <= kMaxPairs ? sn[i] : static_cast<float>(std::sin(t));
       const int64_t ia = mode == 0 ? 2 * i : i;
       const int64_t ib = mode == 0 ? 2 * i + 1 : i + half;
       const float a = v[ia], b = v[ib];

@@ -36,11 +36,12 @@ void add(const float* a, const float* b, float* out, int64_t i0, int64_t i1);
 void swiglu(const float* gate, const float* up, float* out, int64_t i0, int64_t i1);
 
 // Rotary embedding in place on x viewed as [S, H, hd]; r in [r0, r1) indexes (s, h) = (r / H, r % H).
-// theta_i = pos[s] * freq_scale * base^(-2i / n_rot) for pair i < n_rot / 2.
+// theta_i = pos[s] * freq_scale * base^(-2i / n_rot) / freq_factors[i] for pair i < n_rot / 2
+// (freq_factors may be null: all 1; Llama 3.1 stores them as rope_freqs.weight).
 // mode 0: pairs (2i, 2i+1) (llama "normal"); mode 2: pairs (i, i + n_rot/2) (NeoX). Dims >= n_rot
 // are left as they are.
 void rope(float* x, const int32_t* pos, int64_t H, int64_t hd, int64_t n_rot, float freq_base,
-          float freq_scale, int mode, int64_t r0, int64_t r1);
+          float freq_scale, const float* freq_factors, int mode, int64_t r0, int64_t r1);
 
 // dst[idx[s], :] = src[s, :] (converted to dst_type: F32 or F16) for s in [s0, s1) with
 // 0 <= idx[s] < C; other rows are skipped. R is the row length in elements (src rows and dst

@@ -1,0 +1,137 @@
+// Logits of real GGUF files (F16, Q8_0, Q4_K_M, Q5_K_M, Q4_0; llama and qwen2) against llama.cpp's,
+// with the acceptance rules of ../shared/golden/README.md section 6.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <cstring>
+#include <nlohmann/json.hpp>
+
+#include "formats/ggml_types.h"
+#include "genai/sampler.h"
+#include "npuw/llm_runtime.h"
+#include "test_util.h"
+
+namespace npullm {
+namespace {
+
+std::vector<float> read_logits(const std::string& path, size_t n) {
+  const std::string raw = test::read_file(path);
+  std::vector<float> out(n);
+  if (path.size() > 4 && path.substr(path.size() - 4) == ".f16") {
+    EXPECT_EQ(raw.size(), n * 2) << path;
+    for (size_t i = 0; i < n && 2 * i + 1 < raw.size(); ++i) {
+      uint16_t h;
+      std::memcpy(&h, raw.data() + 2 * i, 2);
+      out[i] = fp16_to_fp32(h);
+    }
+  } else {
+    EXPECT_EQ(raw.size(), n * 4) << path;
+    std::memcpy(out.data(), raw.data(), std::min(raw.size(), n * 4));
+  }
+  return out;
+}
+
+// Mean over positions of KL(softmax(ref) || softmax(ours)), in double.
+double mean_kl(const std::vector<float>& ref, const std::vector<float>& ours, size_t rows, size_t V) {
+  double total = 0;
+  for (size_t r = 0; r < rows; ++r) {
+    auto logsumexp = [&](const std::vector<float>& x) {
+      double mx = -1e300, s = 0;
+      for (size_t v = 0; v < V; ++v) mx = std::max(mx, double(x[r * V + v]));
+      for (size_t v = 0; v < V; ++v) s += std::exp(double(x[r * V + v]) - mx);
+      return mx + std::log(s);
+    };
+    const double lp = logsumexp(ref), lq = logsumexp(ours);
+    double kl = 0;
+    for (size_t v = 0; v < V; ++v) {
+      const double a = double(ref[r * V + v]) - lp, b = double(ours[r * V + v]) - lq;
+      kl += std::exp(a) * (a - b);
+    }
+    total += kl;
+  }
+  return total / double(rows);
+}
+
+struct Golden {
+  nlohmann::json j;
+  std::vector<int32_t> tokens;
+  std::vector<float> ours;
+  size_t V = 0;
+};
+
+Golden run_golden(const std::string& json_name, const std::string& model_rel) {
+  Golden g;
+  g.j = nlohmann::json::parse(test::read_file(test::shared_path("golden/" + json_name)));
+  g.tokens = g.j["tokens"].get<std::vector<int32_t>>();
+  g.V = g.j["n_vocab"].get<size_t>();
+  npuw::RuntimeConfig cfg;
+  cfg.prefill_chunk = 64;
+  cfg.variants = {128};
+  cfg.use_cache = false;
+  cfg.threads = 2;
+  npuw::LlmRuntime rt(test::shared_path(model_rel), cfg);
+  rt.prefill(g.tokens, &g.ours);
+  EXPECT_EQ(g.ours.size(), g.tokens.size() * g.V);
+  return g;
+}
+
+class GoldenQuantised : public ::testing::TestWithParam<std::string> {};
+
+TEST_P(GoldenQuantised, NoNoisierThanLlamaCppAndCloseToIt) {
+  const std::string name = GetParam();
+  NPULLM_REQUIRE_SHARED("golden/" + name + ".gguf");
+  Golden g = run_golden(name + ".json", "golden/" + name + ".gguf");
+  const auto& acc = g.j["acceptance"];
+  const size_t n = g.tokens.size();
+  const auto ideal = read_logits(test::shared_path("golden/" + acc["ideal_ref"].get<std::string>()), n * g.V);
+  const auto native = read_logits(test::shared_path("golden/" + acc["native_ref"].get<std::string>()), n * g.V);
+  const double kl_ideal = mean_kl(ideal, g.ours, n, g.V), kl_native = mean_kl(native, g.ours, n, g.V);
+  RecordProperty("kl_ideal", std::to_string(kl_ideal));
+  RecordProperty("kl_native", std::to_string(kl_native));
+  EXPECT_LE(kl_ideal, acc["kl_ideal_max"].get<double>()) << name;
+  EXPECT_LE(kl_native, acc["kl_native_max"].get<double>()) << name;
+  std::printf("[ golden   ] %s: KL(ideal||ours) %.3e (max %.3e), KL(native||ours) %.3e (max %.3e), llama.cpp %.3e\n",
+              name.c_str(), kl_ideal, acc["kl_ideal_max"].get<double>(), kl_native, acc["kl_native_max"].get<double>(),
+              acc["kl_llama"].get<double>());
+}
+
+INSTANTIATE_TEST_SUITE_P(Files, GoldenQuantised,
+                         ::testing::Values("llama-spm.Q8_0", "llama-spm.Q4_K_M", "qwen2-gpt2.Q5_K_M", "qwen2-gpt2.Q4_0"),
+                         [](const auto& info) {
+                           std::string s = info.param;
+                           for (char& c : s)
+                             if (c == '-' || c == '.') c = '_';
+                           return s;
+                         });
+
+TEST(GoldenF16, TinyRandomKlTop1AndGreedy) {
+  NPULLM_REQUIRE_SHARED("models/ollama/llama-2-tiny-random.gguf");
+  NPULLM_REQUIRE_SHARED("golden/llama-2-tiny-random.json");
+  Golden g = run_golden("llama-2-tiny-random.json", "models/ollama/llama-2-tiny-random.gguf");
+  const auto& acc = g.j["acceptance"];
+  const size_t n = g.tokens.size();
+  const auto ref = read_logits(test::shared_path("golden/" + acc["ref"].get<std::string>()), n * g.V);
+  EXPECT_LE(mean_kl(ref, g.ours, n, g.V), acc["kl_max"].get<double>());
+  int agree = 0;
+  for (size_t r = 0; r < n; ++r)
+    agree += genai::argmax({ref.data() + r * g.V, g.V}) == genai::argmax({g.ours.data() + r * g.V, g.V});
+  EXPECT_GE(double(agree) / double(n), acc["top1_min"].get<double>());
+
+  // Greedy: the 8 prompt tokens in one prefill, then one token per generate step; EOS does not stop.
+  npuw::RuntimeConfig cfg;
+  cfg.prefill_chunk = 8;
+  cfg.variants = {16, 64};
+  cfg.use_cache = false;
+  npuw::LlmRuntime rt(test::shared_path("models/ollama/llama-2-tiny-random.gguf"), cfg);
+  const auto prompt = g.j["greedy"]["prompt_tokens"].get<std::vector<int32_t>>();
+  auto logits = rt.prefill(prompt);
+  std::vector<int32_t> ids;
+  for (size_t i = 0; i < g.j["greedy"]["ids"].size(); ++i) {
+    ids.push_back(genai::argmax(logits));
+    logits = rt.decode(ids.back());
+  }
+  EXPECT_EQ(ids, g.j["greedy"]["ids"].get<std::vector<int32_t>>());
+}
+
+}  // namespace
+}  // namespace npullm
