@@ -85,7 +85,7 @@ class Lowering {
   }
 
   // In-place ops write into their input's buffer:
-  //  Rope        always (its input must be an intermediate read by nobody else);
+  //  Rope        always (its input is an intermediate or a State buffer read by nobody else);
   //  ScatterRows always (it updates its target; the target may be read only by it);
   //  MatMul      into its residual input when every other reader of it ran in an earlier stage.
   void assign_aliases() {
@@ -96,8 +96,9 @@ class Lowering {
         const int in = n.inputs.at(0);
         if (last_reader_stage(in, i) >= 0 || g_.consumers(in).size() != 1)
           fail("compiler: {} '{}' updates its input in place, but '{}' has other readers", ir::op_name(n.op), n.name, g_.node(in).name);
-        if (n.op == Op::Rope && !is_compute(g_.node(in).op))
-          fail("compiler: Rope '{}' needs an intermediate input, '{}' is a graph input", n.name, g_.node(in).name);
+        const ir::Node& src = g_.node(in);
+        if (n.op == Op::Rope && !is_compute(src.op) && !(src.op == Op::Parameter && src.io_role == ir::IoRole::State))
+          fail("compiler: Rope '{}' rotates in place, so its input '{}' must be an intermediate or a state", n.name, src.name);
         sets_.join(i, in);
       } else if (n.op == Op::MatMul && n.inputs.size() > 3 && n.inputs[3] != ir::kNoInput) {
         const int res = n.inputs[3];
@@ -227,7 +228,7 @@ class Lowering {
         case Op::Rope:
           task.op = static_cast<uint32_t>(OpCode::Rope);
           bind_operand(task, t, 0, id); bind_operand(task, t, 1, in(1)); bind_operand(task, t, 2, in(2));
-          task.dim[0] = S; task.dim[1] = n.heads; task.dim[2] = n.shape.at(1).value / n.heads; task.dim[3] = n.n_rot;
+          task.dim[0] = S; task.dim[1] = n.heads; task.dim[2] = ir::num_elements(n.shape) / S / n.heads; task.dim[3] = n.n_rot;
           task.fparam[0] = n.freq_base; task.fparam[1] = n.freq_scale; task.iparam[0] = n.rope_mode;
           break;
         case Op::ScatterRows: {

@@ -22,6 +22,11 @@ ir::Graph static_reshape(const ir::Graph& g, const std::map<std::string, int64_t
   return out;
 }
 
+namespace {
+// Ops that write their result into the buffer of input 0 (the compiler aliases them).
+bool updates_input_in_place(const ir::Node& n) { return n.op == ir::Op::ScatterRows || n.op == ir::Op::Rope; }
+}  // namespace
+
 ir::Graph lift_state(const ir::Graph& g) {
   // Find, for every variable, its ReadValue and Assign.
   std::map<std::string, int> reads, assigns;
@@ -47,13 +52,13 @@ ir::Graph lift_state(const ir::Graph& g) {
       if (in != ir::kNoInput) in = remap[static_cast<size_t>(in)];
     if (n.op == ir::Op::ReadValue) {
       const ir::Node& stored = g.node(g.node(assigns.at(n.variable)).inputs.at(0));
-      const bool in_place = stored.op == ir::Op::ScatterRows && stored.inputs.at(0) == i;
+      const bool in_place = updates_input_in_place(stored) && stored.inputs.at(0) == i;
       n.op = ir::Op::Parameter;
       n.io_role = in_place ? ir::IoRole::State : ir::IoRole::Input;
       n.name = in_place ? n.variable : "past." + n.variable;
     } else if (n.op == ir::Op::Assign) {
       const ir::Node& stored = g.node(g.node(i).inputs.at(0));
-      const bool in_place = stored.op == ir::Op::ScatterRows && stored.inputs.at(0) == reads.at(n.variable);
+      const bool in_place = updates_input_in_place(stored) && stored.inputs.at(0) == reads.at(n.variable);
       if (in_place) continue;  // the update already lands in the State buffer
       n.op = ir::Op::Result;
       n.name = "present." + n.variable;

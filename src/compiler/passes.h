@@ -13,7 +13,7 @@ namespace npullm::compiler {
 ir::Graph static_reshape(const ir::Graph& g, const std::map<std::string, int64_t>& symbols);
 
 // Lambda-lifts state: each ReadValue/Assign pair of a variable becomes plain I/O.
-//  - When the Assign stores an in-place update of the value its ReadValue read (ScatterRows on it),
+//  - When the Assign stores an in-place update of the value its ReadValue read (ScatterRows or Rope on it),
 //    the variable becomes one I/O of role State named after the variable: the blob reads the past
 //    rows from it and writes the new rows into it, so nothing is ever copied back.
 //  - Otherwise ReadValue becomes the input "past.<var>" and Assign the output "present.<var>".

@@ -82,6 +82,24 @@ class Builder {
     return present;
   }
 
+  // Turns the keys of every layer's state by the angle of `positions[row]` (a position delta per
+  // row), in place: after rows move down by n during a context shift, rotating their keys by -n
+  // makes them exactly what they would have been at their new positions (RoPE is a rotation).
+  ir::Graph build_rerotate() {
+    const int deltas = param("positions", {"ctx"}, kI32);
+    rope_factors_ = optional_weight("rope_freqs.weight", {hp_.n_rot / 2});
+    for (int64_t l = 0; l < hp_.n_layer; ++l) {
+      const std::string var = fmt::format("blk.{}.key", l);
+      const ir::Shape shape{"ctx", hp_.n_head_kv, hp_.head_dim};
+      g_.variables.push_back(ir::Variable{var, shape, kF32});
+      int past = g_.add(ir::Node{.op = ir::Op::ReadValue, .name = var + ".read", .shape = shape, .type = kF32, .variable = var});
+      int turned = rope(var + ".rerotate", past, deltas, hp_.n_head_kv);
+      g_.node(turned).shape = shape;
+      g_.add(ir::Node{.op = ir::Op::Assign, .name = var + ".assign", .inputs = {turned}, .variable = var});
+    }
+    return std::move(g_);
+  }
+
   ir::Graph build() {
     const int64_t D = hp_.n_embd, H = hp_.n_head, Hkv = hp_.n_head_kv, hd = hp_.head_dim;
     const int ids = param("input_ids", {"seq"}, kI32);
@@ -143,6 +161,10 @@ class Builder {
 
 ir::Graph build_llama_graph(const HParams& hp, const GgufFile& weights) {
   return Builder(hp, weights).build();
+}
+
+ir::Graph build_rerotate_graph(const HParams& hp, const GgufFile& weights) {
+  return Builder(hp, weights).build_rerotate();
 }
 
 }  // namespace npullm::model

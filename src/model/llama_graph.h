@@ -27,4 +27,8 @@ namespace npullm::model {
 // or misshapen tensor is an npullm::Error naming it.
 ir::Graph build_llama_graph(const HParams& hp, const GgufFile& weights);
 
+// The key re-rotation used by a context shift: input positions i32 [ctx] (the position delta of
+// each row; 0 leaves a row as it is), state "blk.<l>.key" rotated in place. No outputs.
+ir::Graph build_rerotate_graph(const HParams& hp, const GgufFile& weights);
+
 }  // namespace npullm::model

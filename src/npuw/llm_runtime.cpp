@@ -31,8 +31,9 @@ std::string BlobSpec::cache_config() const {
 }
 
 std::vector<BlobSpec> blob_specs(const RuntimeConfig& cfg) {
-  std::vector<BlobSpec> out{{"prefill", cfg.prefill_chunk, cfg.variants.back()}};
-  for (int64_t c : cfg.variants) out.push_back({"generate-" + std::to_string(c), 1, c});
+  std::vector<BlobSpec> out{{BlobSpec::Forward, "prefill", cfg.prefill_chunk, cfg.variants.back()}};
+  for (int64_t c : cfg.variants) out.push_back({BlobSpec::Forward, "generate-" + std::to_string(c), 1, c});
+  out.push_back({BlobSpec::Rerotate, "rerotate", cfg.variants.back(), cfg.variants.back()});
   return out;
 }
 
@@ -49,9 +50,22 @@ void resolve_config(RuntimeConfig& cfg, const model::HParams& hp) {
     fail("generate variant capacity {} exceeds the model's context length {}", cfg.variants.back(), hp.n_ctx_train);
 }
 
-std::vector<uint8_t> compile_spec(const ir::Graph& g, const BlobSpec& spec) {
+// The two graphs a model needs, built on first use.
+struct Graphs {
+  const model::HParams& hp;
+  const GgufFile& f;
+  std::unique_ptr<ir::Graph> forward, rerotate;
+  const ir::Graph& get(BlobSpec::Kind k) {
+    auto& g = k == BlobSpec::Forward ? forward : rerotate;
+    if (!g)
+      g = std::make_unique<ir::Graph>(k == BlobSpec::Forward ? model::build_llama_graph(hp, f) : model::build_rerotate_graph(hp, f));
+    return *g;
+  }
+};
+
+std::vector<uint8_t> compile_spec(Graphs& graphs, const BlobSpec& spec) {
   compiler::CompileOptions opt{spec.name, {{"seq", spec.seq}, {"ctx", spec.capacity}}};
-  return blob::write_blob(compiler::compile(g, opt));
+  return blob::write_blob(compiler::compile(graphs.get(spec.kind), opt));
 }
 
 }  // namespace
@@ -60,9 +74,9 @@ std::vector<std::pair<std::string, std::vector<uint8_t>>> compile_blobs(const st
   auto f = GgufFile::open(model_path);
   const model::HParams hp = model::HParams::from_gguf(*f);
   resolve_config(cfg, hp);
-  const ir::Graph g = model::build_llama_graph(hp, *f);
+  Graphs graphs{hp, *f, nullptr, nullptr};
   std::vector<std::pair<std::string, std::vector<uint8_t>>> out;
-  for (const BlobSpec& spec : blob_specs(cfg)) out.emplace_back(spec.name, compile_spec(g, spec));
+  for (const BlobSpec& spec : blob_specs(cfg)) out.emplace_back(spec.name, compile_spec(graphs, spec));
   return out;
 }
 
@@ -96,7 +110,7 @@ void LlmRuntime::load_blobs() {
   const std::string cache_dir = cfg_.use_cache ? (cfg_.cache_dir.empty() ? BlobCache::default_dir() : cfg_.cache_dir) : "";
   const uint64_t model_hash = hash_bytes(gguf_->file_data(), gguf_->file_size());
   BlobCache cache(cache_dir, model_hash);
-  std::unique_ptr<ir::Graph> graph;  // built only if something must be compiled
+  Graphs graphs{hp_, *gguf_, nullptr, nullptr};  // built only if something must be compiled
 
   auto make_slot = [&](const BlobSpec& spec) {
     auto s = std::make_unique<Slot>();
@@ -116,8 +130,7 @@ void LlmRuntime::load_blobs() {
       }
     }
     if (!s->exe) {
-      if (!graph) graph = std::make_unique<ir::Graph>(model::build_llama_graph(hp_, *gguf_));
-      std::vector<uint8_t> bytes = compile_spec(*graph, spec);
+      std::vector<uint8_t> bytes = compile_spec(graphs, spec);
       s->exe = std::make_unique<driver::Executable>(bytes, name, *bank_, *device_);
       stats_.compiled_blobs++;
       cache.store(name, config, bytes);
@@ -128,11 +141,16 @@ void LlmRuntime::load_blobs() {
     s->rows.assign(static_cast<size_t>(seq), -1);
     s->mask.assign(static_cast<size_t>(seq * capacity), kNegInf);
     s->logits.assign(static_cast<size_t>(seq * hp_.n_vocab), 0.0f);
-    s->cl->bind("input_ids", s->ids.data(), s->ids.size() * 4);
     s->cl->bind("positions", s->positions.data(), s->positions.size() * 4);
-    s->cl->bind("cache_rows", s->rows.data(), s->rows.size() * 4);
-    s->cl->bind("attention_mask", s->mask.data(), s->mask.size() * 4);
-    s->cl->bind("logits", s->logits.data(), s->logits.size() * 4);
+    if (spec.kind == BlobSpec::Forward) {
+      s->cl->bind("input_ids", s->ids.data(), s->ids.size() * 4);
+      s->cl->bind("cache_rows", s->rows.data(), s->rows.size() * 4);
+      s->cl->bind("attention_mask", s->mask.data(), s->mask.size() * 4);
+      s->cl->bind("logits", s->logits.data(), s->logits.size() * 4);
+    } else {
+      s->mask.clear();
+      s->logits.clear();
+    }
     return s;
   };
 
@@ -141,26 +159,30 @@ void LlmRuntime::load_blobs() {
 
   // One K/V allocation sized by the prefill blob's state I/Os (capacity C_max); every blob's
   // state of the same name is bound to the front of the same region.
-  std::map<std::string, std::pair<size_t, size_t>> regions;  // name -> (offset, bytes)
   size_t total = 0;
   for (const blob::IoDesc& io : prefill_->exe->image().ios) {
     if (io.role != blob::IoRole::State) continue;
-    regions[io.name] = {total, io.bytes};
+    regions_.push_back({io.name, total, io.bytes});
     total += (io.bytes + 63) / 64 * 64;
   }
   kv_ = driver::AlignedBuffer(total);
   auto bind_state = [&](Slot& s) {
     for (const blob::IoDesc& io : s.exe->image().ios) {
       if (io.role != blob::IoRole::State) continue;
-      auto it = regions.find(io.name);
-      if (it == regions.end()) fail("blob '{}' has state '{}' that the prefill blob lacks", s.name, io.name);
-      s.cl->bind(io.name, kv_.data() + it->second.first, it->second.second);
+      auto it = std::find_if(regions_.begin(), regions_.end(), [&](const StateRegion& r) { return r.name == io.name; });
+      if (it == regions_.end()) fail("blob '{}' has state '{}' that the prefill blob lacks", s.name, io.name);
+      s.cl->bind(io.name, kv_.data() + it->offset, it->bytes);
     }
   };
   bind_state(*prefill_);
   for (size_t i = 1; i < specs.size(); ++i) {
-    generate_.push_back(make_slot(specs[i]));
-    bind_state(*generate_.back());
+    if (specs[i].kind == BlobSpec::Rerotate) {
+      rerotate_ = make_slot(specs[i]);
+      bind_state(*rerotate_);
+    } else {
+      generate_.push_back(make_slot(specs[i]));
+      bind_state(*generate_.back());
+    }
   }
 }
 
@@ -202,6 +224,44 @@ std::span<const float> LlmRuntime::prefill(std::span<const int32_t> ids, std::ve
     last_n = static_cast<int64_t>(n);
   }
   return {s.logits.data() + (last_n - 1) * V, static_cast<size_t>(V)};
+}
+
+void LlmRuntime::shift(int64_t n_keep, int64_t n_discard) {
+  if (n_keep < 0 || n_discard < 1 || n_keep + n_discard > pos_)
+    fail("context shift: cannot drop rows [{}, {}) of the {} in use", n_keep, n_keep + n_discard, pos_);
+  const int64_t cmax = capacity();
+  const int64_t moved = pos_ - n_keep - n_discard;
+  for (const StateRegion& r : regions_) {
+    const size_t row = r.bytes / static_cast<size_t>(cmax);
+    uint8_t* base = kv_.data() + r.offset;
+    std::memmove(base + static_cast<size_t>(n_keep) * row, base + static_cast<size_t>(n_keep + n_discard) * row,
+                 static_cast<size_t>(moved) * row);
+    stats_.kv_bytes_copied += moved * static_cast<int64_t>(row);
+  }
+  // The moved keys were rotated for positions n_discard further on: turn them back by n_discard.
+  Slot& s = *rerotate_;
+  std::fill(s.positions.begin(), s.positions.end(), 0);
+  std::fill(s.positions.begin() + n_keep, s.positions.begin() + n_keep + moved, static_cast<int32_t>(-n_discard));
+  queue_->run(*s.cl);
+  pos_ -= n_discard;
+  stats_.context_shifts++;
+}
+
+std::vector<std::string> LlmRuntime::state_names() const {
+  std::vector<std::string> out;
+  for (const StateRegion& r : regions_) out.push_back(r.name);
+  return out;
+}
+
+std::vector<float> LlmRuntime::get_state(const std::string& name) const {
+  for (const StateRegion& r : regions_) {
+    if (r.name != name) continue;
+    const size_t row = r.bytes / static_cast<size_t>(capacity());
+    std::vector<float> out(static_cast<size_t>(pos_) * row / sizeof(float));
+    std::memcpy(out.data(), kv_.data() + r.offset, out.size() * sizeof(float));
+    return out;
+  }
+  fail("no state variable named '{}'", name);
 }
 
 LlmRuntime::Slot& LlmRuntime::variant_for(int64_t rows) {

@@ -42,7 +42,8 @@ struct RuntimeStats {
   int64_t padded_positions = 0;        // padding tokens computed by prefill chunks
   int64_t decode_tokens = 0;
   std::set<int64_t> variants_used;     // capacities of the generate variants that ran
-  int64_t kv_bytes_copied = 0;         // K/V bytes moved by the runtime itself (none by design)
+  int64_t kv_bytes_copied = 0;         // K/V bytes moved by the runtime itself (only context shifts move any)
+  int64_t context_shifts = 0;
   int64_t kv_capacity = 0;             // C_max
 };
 
@@ -52,6 +53,7 @@ std::vector<int64_t> default_variants(int64_t max_prompt_len, int64_t min_respon
 
 // The blobs a configuration needs: "prefill" (seq = P, ctx = C_max) and "generate-<C>" (seq = 1).
 struct BlobSpec {
+  enum Kind { Forward, Rerotate } kind = Forward;  // the model graph, or the context-shift key rotation
   std::string name;
   int64_t seq = 0, capacity = 0;
   std::string cache_config() const;  // what the blob cache keys on besides the model
@@ -84,6 +86,15 @@ class LlmRuntime {
   std::span<const float> decode(int32_t id);
   // Forgets the state (the K/V rows are simply no longer attended).
   void reset() { pos_ = 0; }
+  // Forgets rows [n_keep, n_keep + n_discard): later rows move down by n_discard and their keys are
+  // re-rotated to their new positions, so positions stay contiguous and nothing is re-prefilled.
+  // The moved bytes are counted in kv_bytes_copied.
+  void shift(int64_t n_keep, int64_t n_discard);
+
+  // Variable state access (DESIGN rule 4): the names of the state variables, and a copy of the
+  // first position() rows of one of them (row-major, F32).
+  std::vector<std::string> state_names() const;
+  std::vector<float> get_state(const std::string& name) const;
 
  private:
   struct Slot;  // one loaded blob with its bound inputs
@@ -98,6 +109,9 @@ class LlmRuntime {
   std::unique_ptr<driver::WeightsBank> bank_;
   std::unique_ptr<driver::Queue> queue_;
   std::unique_ptr<Slot> prefill_;
+  std::unique_ptr<Slot> rerotate_;
+  struct StateRegion { std::string name; size_t offset = 0, bytes = 0; };
+  std::vector<StateRegion> regions_;  // one per state variable, C_max rows each
   std::vector<std::unique_ptr<Slot>> generate_;
   driver::AlignedBuffer kv_;
   int64_t pos_ = 0;

@@ -71,9 +71,9 @@ TEST(Cli, WarmCacheCompilesNothingAndCorruptEntriesAreRebuilt) {
   ASSERT_EQ(cold.rc, 0) << cold.err;
   ASSERT_EQ(warm.rc, 0) << warm.err;
   const auto jc = nlohmann::json::parse(cold.out), jw = nlohmann::json::parse(warm.out);
-  EXPECT_EQ(jc["stats"]["compiled_blobs"], 3);  // prefill + 2 variants
+  EXPECT_EQ(jc["stats"]["compiled_blobs"], 4);  // prefill + 2 variants + the context-shift rotation
   EXPECT_EQ(jw["stats"]["compiled_blobs"], 0);
-  EXPECT_EQ(jw["stats"]["cached_blobs"], 3);
+  EXPECT_EQ(jw["stats"]["cached_blobs"], 4);
   EXPECT_EQ(jc["ids"], jw["ids"]);
 
   // Flip one byte in one cached blob: it is reported, rebuilt, and the answer is unchanged.
@@ -114,7 +114,7 @@ TEST(Cli, CompiledBlobsReadByReadelfAndCorruptionRefusedByInspect) {
     EXPECT_NE(re.out.find(".npu.tasks"), std::string::npos);
     Proc ok = sh(npullm() + " inspect " + path);
     EXPECT_EQ(ok.rc, 0) << ok.err;
-    EXPECT_NE(ok.out.find("MatMul"), std::string::npos);
+    EXPECT_NE(ok.out.find(path.find("rerotate") == std::string::npos ? "MatMul" : "Rope"), std::string::npos);
     EXPECT_NE(ok.out.find("memory plan"), std::string::npos);
 
     // A flipped byte anywhere in the file (sampled) is refused with a clear error.
@@ -129,7 +129,7 @@ TEST(Cli, CompiledBlobsReadByReadelfAndCorruptionRefusedByInspect) {
       EXPECT_NE(r.err.find("npullm: error:"), std::string::npos) << r.err;
     }
   }
-  EXPECT_EQ(n, 3);  // prefill + 2 variants
+  EXPECT_EQ(n, 4);  // prefill + 2 variants + rerotate
   fs::remove_all(out);
 }
 
