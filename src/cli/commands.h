@@ -1,8 +1,10 @@
 // Subcommand registration. Each add_* adds its CLI11 subcommand and pushes the action to run when
-// that subcommand was chosen (the action returns the exit code).
+// that subcommand was chosen (the action returns the exit code, or -1 when not chosen).
 #pragma once
 #include <CLI/CLI.hpp>
 #include <functional>
+#include <nlohmann/json.hpp>
+#include <npullm/llm_pipeline.h>
 #include <vector>
 
 #include "npuw/llm_runtime.h"
@@ -12,9 +14,12 @@ namespace npullm::cli {
 using Actions = std::vector<std::function<int()>>;
 
 void add_run(CLI::App& app, Actions& actions);
+void add_chat(CLI::App& app, Actions& actions);
 void add_compile(CLI::App& app, Actions& actions);
 void add_inspect(CLI::App& app, Actions& actions);
 void add_logits(CLI::App& app, Actions& actions);
+void add_synth(CLI::App& app, Actions& actions);
+void add_chat_template(CLI::App& app, Actions& actions);
 
 // Options shared by every command that builds a runtime (chunk, variants, threads, cache).
 struct RuntimeOptions {
@@ -25,5 +30,19 @@ struct RuntimeOptions {
   void add_to(CLI::App* cmd);
   npuw::RuntimeConfig resolve() const;  // parses `variants`, applies no_cache
 };
+
+// Options of the commands that generate: runtime + sampling + stop rules + context policy.
+struct GenerateOptions {
+  RuntimeOptions rt;
+  GenerationConfig gen;
+  std::string policy = "shift";
+  int64_t keep = -1;
+  std::string chat_template;
+  void add_to(CLI::App* cmd);
+  PipelineConfig pipeline_config() const;
+};
+
+// The `metrics` object of --json output.
+nlohmann::json metrics_json(const GenerationMetrics& m);
 
 }  // namespace npullm::cli

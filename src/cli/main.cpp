@@ -11,9 +11,12 @@ int main(int argc, char** argv) {
   app.require_subcommand(1);
   std::vector<std::function<int()>> actions;
   npullm::cli::add_run(app, actions);
+  npullm::cli::add_chat(app, actions);
+  npullm::cli::add_chat_template(app, actions);
   npullm::cli::add_compile(app, actions);
   npullm::cli::add_inspect(app, actions);
   npullm::cli::add_logits(app, actions);
+  npullm::cli::add_synth(app, actions);
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {

@@ -510,7 +510,9 @@ void quantize_row(GgmlType t, const float* src, void* dst, int64_t n) {
       return;
     case GgmlType::Q8_0: quant_q8_0(src, d, n); return;
     case GgmlType::Q4_0: quant_q4_0(src, d, n); return;
-    default: break;
+    default:
+      if (detail::quantize_row_extended(t, src, d, n)) return;  // the other types: quantize.cpp
+      break;
   }
   fail("quantize_row: no quantiser for type {}", tr.name);
 }

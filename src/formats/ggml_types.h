@@ -45,8 +45,17 @@ uint16_t fp32_to_fp16(float f);
 float bf16_to_fp32(uint16_t h);
 uint16_t fp32_to_bf16(float f);
 
-// Quantisers used by tests and by `npullm synth` later (reference, scalar): one row, n a multiple
-// of the block size. Supported: F32, F16, BF16, Q8_0, Q4_0.
+// Quantisers used by tests and by `npullm synth` (reference, scalar): one row, n a multiple of the
+// block size. Supported (can_quantize): F32, F16, BF16, Q8_0, Q4_0 (ggml_types.cpp) and Q4_1, Q5_0,
+// Q5_1, Q2_K, Q3_K, Q4_K, Q5_K, Q6_K, IQ4_NL, IQ4_XS, Q8_K (quantize.cpp). Each follows ggml's
+// reference quantiser (llama-quantize without an importance matrix) and gives the same bytes;
+// tests/formats/test_quantize.cpp checks them against llama-quantize's output.
 void quantize_row(GgmlType t, const float* src, void* dst, int64_t n);
+bool can_quantize(GgmlType t);
+
+namespace detail {
+// The quantisers of quantize.cpp, behind quantize_row(); false when `t` is not one of them.
+bool quantize_row_extended(GgmlType t, const float* src, uint8_t* dst, int64_t n);
+}  // namespace detail
 
 }  // namespace npullm

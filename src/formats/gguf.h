@@ -7,6 +7,7 @@
 // as the GgufFile.
 #pragma once
 #include <cstdint>
+#include <functional>
 #include <map>
 #include <memory>
 #include <optional>
@@ -125,8 +126,33 @@ class GgufWriter {
   std::vector<uint8_t> serialize() const;
   void write(const std::string& path) const;  // throws npullm::Error on I/O failure
 
+  // Streaming, for files too large to hold in memory (`npullm synth`): a tensor declared with
+  // add_tensor_info() has a shape and type but no bytes yet; write_streaming() writes the header,
+  // then for each such tensor, in order, calls `fill` with a sink that must receive exactly the
+  // tensor's byte count (in as many pieces as the caller likes). Tensors added with add_tensor()
+  // are written from their bytes. serialize() and write() refuse declared-only tensors.
+  using TensorSink = std::function<void(const void* data, size_t n)>;
+  using TensorFill = std::function<void(size_t index, const TensorSink& sink)>;
+  void add_tensor_info(const std::string& name, std::vector<int64_t> dims, GgmlType type);
+  // Like write(): a temp file renamed into place, so a failure (an I/O error, or `fill` throwing or
+  // giving the wrong byte count) never leaves a partial file at `path`. Returns the file size.
+  uint64_t write_streaming(const std::string& path, const TensorFill& fill) const;
+
  private:
-  struct Tensor { std::string name; std::vector<int64_t> dims; GgmlType type; std::vector<uint8_t> bytes; };
+  struct Tensor {
+    std::string name;
+    std::vector<int64_t> dims;
+    GgmlType type;
+    std::vector<uint8_t> bytes;
+    uint64_t n_bytes = 0;   // == bytes.size() unless streamed
+    bool streamed = false;  // declared by add_tensor_info(): bytes come from write_streaming's fill
+  };
+  // Validates a tensor's shape and type and returns its byte size (throws naming the tensor).
+  static uint64_t tensor_bytes(const std::string& name, const std::vector<int64_t>& dims, GgmlType type);
+  // Everything before the data section (not yet padded to its start); `offsets` receives each
+  // tensor's data offset relative to that start and `alignment` the data alignment in force.
+  std::vector<uint8_t> header(std::vector<uint64_t>& offsets, uint64_t& alignment) const;
+
   uint64_t alignment_ = 32;
   std::vector<std::pair<std::string, GgufValue>> kv_;
   std::vector<Tensor> tensors_;

@@ -10,6 +10,7 @@
 #include <cerrno>
 #include <cstdio>
 #include <cstring>
+#include <functional>
 #include <limits>
 
 #include <fmt/ranges.h>
@@ -144,8 +145,7 @@ void GgufWriter::add_i32_array(const std::string& key, const std::vector<int32_t
   add(key, array_of(GgufValueType::I32, v));
 }
 
-void GgufWriter::add_tensor(const std::string& name, std::vector<int64_t> dims, GgmlType type,
-                            std::vector<uint8_t> bytes) {
+uint64_t GgufWriter::tensor_bytes(const std::string& name, const std::vector<int64_t>& dims, GgmlType type) {
   const uint32_t id = static_cast<uint32_t>(type);
   if (!ggml_type_known(id)) fail("GgufWriter: tensor '{}': unknown ggml type {}", name, id);
   if (dims.size() > 4) fail("GgufWriter: tensor '{}': {} dims (expected at most 4)", name, dims.size());
@@ -163,13 +163,24 @@ void GgufWriter::add_tensor(const std::string& name, std::vector<int64_t> dims, 
   uint64_t expected = 0;
   if (__builtin_mul_overflow(static_cast<uint64_t>(ggml_row_bytes(type, ne0)), rows, &expected))
     fail("GgufWriter: tensor '{}': byte size overflows", name);
-  if (bytes.size() != expected)
-    fail("GgufWriter: tensor '{}': {} bytes given (expected {} for {} {})", name, bytes.size(), expected,
-         tr.name, fmt::join(dims, "x"));
-  tensors_.push_back(Tensor{name, std::move(dims), type, std::move(bytes)});
+  return expected;
 }
 
-std::vector<uint8_t> GgufWriter::serialize() const {
+void GgufWriter::add_tensor(const std::string& name, std::vector<int64_t> dims, GgmlType type,
+                            std::vector<uint8_t> bytes) {
+  const uint64_t expected = tensor_bytes(name, dims, type);
+  if (bytes.size() != expected)
+    fail("GgufWriter: tensor '{}': {} bytes given (expected {} for {} {})", name, bytes.size(), expected,
+         ggml_type_name(type), fmt::join(dims, "x"));
+  tensors_.push_back(Tensor{name, std::move(dims), type, std::move(bytes), expected, false});
+}
+
+void GgufWriter::add_tensor_info(const std::string& name, std::vector<int64_t> dims, GgmlType type) {
+  const uint64_t n_bytes = tensor_bytes(name, dims, type);
+  tensors_.push_back(Tensor{name, std::move(dims), type, {}, n_bytes, true});
+}
+
+std::vector<uint8_t> GgufWriter::header(std::vector<uint64_t>& offsets, uint64_t& alignment_out) const {
   // Placement follows a valid U32 general.alignment when one was added, otherwise set_alignment();
   // a malformed general.alignment (for reader tests) is written as given and data uses alignment_.
   uint64_t alignment = alignment_;
@@ -206,17 +217,28 @@ std::vector<uint8_t> GgufWriter::serialize() const {
 
   // Tensor infos, with each tensor's data placed at the next aligned offset.
   uint64_t next = 0;
-  std::vector<uint64_t> offsets;
+  offsets.clear();
   for (const Tensor& t : tensors_) {
     const uint64_t offset = align_up(next, alignment);
     offsets.push_back(offset);
-    next = offset + t.bytes.size();
+    next = offset + t.n_bytes;
     out.string(t.name);
     out.u32(static_cast<uint32_t>(t.dims.size()));
     for (int64_t d : t.dims) out.u64(static_cast<uint64_t>(d));
     out.u32(static_cast<uint32_t>(t.type));
     out.u64(offset);
   }
+  alignment_out = alignment;
+  return std::move(out.bytes);
+}
+
+std::vector<uint8_t> GgufWriter::serialize() const {
+  for (const Tensor& t : tensors_)
+    if (t.streamed) fail("GgufWriter: tensor '{}' has no bytes (declared for write_streaming)", t.name);
+  std::vector<uint64_t> offsets;
+  uint64_t alignment = 0;
+  ByteSink out;
+  out.bytes = header(offsets, alignment);
   if (tensors_.empty()) return std::move(out.bytes);  // no data section to align
 
   const uint64_t data_offset = align_up(out.bytes.size(), alignment);
@@ -227,26 +249,85 @@ std::vector<uint8_t> GgufWriter::serialize() const {
   return std::move(out.bytes);
 }
 
-void GgufWriter::write(const std::string& path) const {
-  const std::vector<uint8_t> bytes = serialize();
-  // Write a sibling temp file and rename it, so a failed write never leaves a half-written model
-  // where a good one was.
+namespace {
+
+// Writes `path` through a sibling temp file that is renamed into place only when everything was
+// written, so a failed write never leaves a half-written model where a good one was. `body` writes
+// the content to the open FILE; if it throws, the temp file is removed and the error passed on.
+void write_atomically(const std::string& path, const std::function<void(std::FILE*)>& body) {
   const std::string tmp = fmt::format("{}.tmp.{}", path, static_cast<long>(::getpid()));
+  // Declared before the FILE so that it outlives fclose(), which may still flush from it.
+  std::vector<char> buffer(size_t{1} << 20);  // fewer, larger writes for the many small pieces
   std::FILE* f = std::fopen(tmp.c_str(), "wb");
   if (!f) fail("{}: cannot create {}: {}", path, tmp, std::strerror(errno));
-  const bool wrote = std::fwrite(bytes.data(), 1, bytes.size(), f) == bytes.size();
+  std::setvbuf(f, buffer.data(), _IOFBF, buffer.size());
+  try {
+    body(f);
+  } catch (...) {
+    std::fclose(f);
+    std::remove(tmp.c_str());
+    throw;
+  }
+  const bool wrote = std::ferror(f) == 0;
   const int write_errno = errno;
   const bool closed = std::fclose(f) == 0;
   if (!wrote || !closed) {
     const int err = !wrote ? write_errno : errno;
     std::remove(tmp.c_str());
-    fail("{}: cannot write {} bytes: {}", path, bytes.size(), std::strerror(err));
+    fail("{}: cannot write: {}", path, std::strerror(err));
   }
   if (std::rename(tmp.c_str(), path.c_str()) != 0) {
     const int err = errno;
     std::remove(tmp.c_str());
     fail("{}: cannot rename {} into place: {}", path, tmp, std::strerror(err));
   }
+}
+
+void put_bytes(std::FILE* f, const std::string& path, const void* data, size_t n) {
+  if (n > 0 && std::fwrite(data, 1, n, f) != n) fail("{}: cannot write {} bytes: {}", path, n, std::strerror(errno));
+}
+
+}  // namespace
+
+void GgufWriter::write(const std::string& path) const {
+  const std::vector<uint8_t> bytes = serialize();
+  write_atomically(path, [&](std::FILE* f) { put_bytes(f, path, bytes.data(), bytes.size()); });
+}
+
+uint64_t GgufWriter::write_streaming(const std::string& path, const TensorFill& fill) const {
+  std::vector<uint64_t> offsets;
+  uint64_t alignment = 0;
+  const std::vector<uint8_t> head = header(offsets, alignment);
+  uint64_t written = 0;
+  write_atomically(path, [&](std::FILE* f) {
+    put_bytes(f, path, head.data(), head.size());
+    written = head.size();
+    if (tensors_.empty()) return;
+    const uint64_t data_offset = align_up(head.size(), alignment);
+    const std::vector<uint8_t> zeros(static_cast<size_t>(alignment), 0);
+    for (size_t i = 0; i < tensors_.size(); ++i) {
+      const Tensor& t = tensors_[i];
+      const uint64_t start = data_offset + offsets[i];
+      put_bytes(f, path, zeros.data(), static_cast<size_t>(start - written));  // < alignment bytes
+      written = start;
+      if (!t.streamed) {
+        put_bytes(f, path, t.bytes.data(), t.bytes.size());
+        written += t.bytes.size();
+        continue;
+      }
+      uint64_t got = 0;
+      fill(i, [&](const void* data, size_t n) {
+        if (got + n > t.n_bytes)
+          fail("GgufWriter: tensor '{}': more than the expected {} bytes were written", t.name, t.n_bytes);
+        put_bytes(f, path, data, n);
+        got += n;
+      });
+      if (got != t.n_bytes)
+        fail("GgufWriter: tensor '{}': {} bytes were written (expected {})", t.name, got, t.n_bytes);
+      written += got;
+    }
+  });
+  return written;
 }
 
 }  // namespace npullm

@@ -2,54 +2,278 @@
 
 #include <algorithm>
 #include <cmath>
+#include <limits>
+
+#include "common/error.h"
 
 namespace npullm::genai {
 
+namespace {
+
+// Highest logit first; ties by id, so this is a total order and every sort or selection under it
+// has exactly one possible result, whatever the standard library's algorithm.
+bool higher_logit(const Candidate& a, const Candidate& b) {
+  return a.logit > b.logit || (a.logit == b.logit && a.id < b.id);
+}
+
+// Written so that NaN fails every range check.
+bool in_range(float x, float lo, float hi) { return x >= lo && x <= hi; }
+
+}  // namespace
+
 int32_t argmax(std::span<const float> logits) {
-  int32_t best = 0;
+  // The best value lives in a register: re-reading logits[best] every step chains each
+  // comparison to the previous one through a load, about 6x slower on a large vocabulary.
+  size_t best = 0;
+  float best_v = logits.empty() ? 0.0f : logits[0];
   for (size_t i = 1; i < logits.size(); ++i)
-    if (logits[i] > logits[static_cast<size_t>(best)]) best = static_cast<int32_t>(i);
-  return best;
+    if (logits[i] > best_v) best_v = logits[best = i];
+  return static_cast<int32_t>(best);
+}
+
+Sampler::Sampler(SamplerConfig cfg) : cfg_(cfg), rng_(cfg.seed) {
+  if (!std::isfinite(cfg_.temperature)) fail("sampler: temperature must be a finite number, got {}", cfg_.temperature);
+  if (cfg_.top_k < 0) fail("sampler: top_k must be >= 0 (0 turns it off), got {}", cfg_.top_k);
+  if (!in_range(cfg_.top_p, 0.0f, 1.0f)) fail("sampler: top_p must be in [0, 1] (1 turns it off), got {}", cfg_.top_p);
+  if (!in_range(cfg_.min_p, 0.0f, 1.0f)) fail("sampler: min_p must be in [0, 1] (0 turns it off), got {}", cfg_.min_p);
+  if (!in_range(cfg_.typical_p, 0.0f, 1.0f))
+    fail("sampler: typical_p must be in [0, 1] (1 turns it off), got {}", cfg_.typical_p);
+  if (!(cfg_.repetition_penalty > 0.0f) || !std::isfinite(cfg_.repetition_penalty))
+    fail("sampler: repetition_penalty must be a finite number > 0 (1 turns it off), got {}", cfg_.repetition_penalty);
+  if (!std::isfinite(cfg_.presence_penalty)) fail("sampler: presence_penalty must be finite, got {}", cfg_.presence_penalty);
+  if (!std::isfinite(cfg_.frequency_penalty)) fail("sampler: frequency_penalty must be finite, got {}", cfg_.frequency_penalty);
+  if (cfg_.penalty_last_n < 0)
+    fail("sampler: penalty_last_n must be >= 0 (0 turns the penalties off; pass the context size for 'all'), got {}",
+         cfg_.penalty_last_n);
+  // The history window is the only state that depends on the config's size; allocate it now so
+  // accept() never allocates.
+  if (penalties_on()) {
+    const auto n = static_cast<size_t>(cfg_.penalty_last_n);
+    history_.resize(n);
+    hist_sorted_.reserve(n);
+    counts_.reserve(n);
+  }
+}
+
+// ---------------------------------------------------------------------------------------------
+// history and penalties
+
+bool Sampler::penalties_on() const {
+  return cfg_.penalty_last_n > 0 &&
+         (cfg_.repetition_penalty != 1.0f || cfg_.presence_penalty != 0.0f || cfg_.frequency_penalty != 0.0f);
+}
+
+void Sampler::accept(int32_t id) {
+  if (history_.empty()) return;  // penalties off: nothing looks at the history
+  history_[hist_next_] = id;
+  hist_next_ = (hist_next_ + 1) % history_.size();
+  hist_size_ = std::min(hist_size_ + 1, history_.size());
+}
+
+void Sampler::reset() {
+  hist_next_ = hist_size_ = 0;
+  rng_.seed(cfg_.seed);
+}
+
+void Sampler::count_history() {
+  // The ring fills from slot 0, so its first hist_size_ slots are exactly the window. Sorting a
+  // copy (at most penalty_last_n ids) gives the counts in id order with no hash map, whose
+  // iteration order would not be deterministic anyway.
+  hist_sorted_.assign(history_.begin(), history_.begin() + static_cast<ptrdiff_t>(hist_size_));
+  std::sort(hist_sorted_.begin(), hist_sorted_.end());
+  counts_.clear();
+  for (size_t i = 0; i < hist_sorted_.size();) {
+    size_t j = i;
+    while (j < hist_sorted_.size() && hist_sorted_[j] == hist_sorted_[i]) ++j;
+    counts_.emplace_back(hist_sorted_[i], static_cast<int32_t>(j - i));
+    i = j;
+  }
+}
+
+float Sampler::penalised(float logit, int32_t count) const {
+  // llama.cpp's rule: dividing a negative logit would make the token *more* likely, so negative
+  // logits are multiplied instead; both push the token down by the same factor.
+  float x = logit;
+  if (cfg_.repetition_penalty != 1.0f) x = x > 0.0f ? x / cfg_.repetition_penalty : x * cfg_.repetition_penalty;
+  x -= static_cast<float>(count) * cfg_.frequency_penalty + cfg_.presence_penalty;
+  return x;
+}
+
+void Sampler::apply_penalties(std::span<float> logits) {
+  if (!penalties_on()) return;
+  count_history();
+  for (const auto& [id, count] : counts_)
+    if (id >= 0 && static_cast<size_t>(id) < logits.size()) logits[static_cast<size_t>(id)] = penalised(logits[static_cast<size_t>(id)], count);
+}
+
+// ---------------------------------------------------------------------------------------------
+// the chain
+
+void Sampler::load(std::span<const float> logits) {
+  if (logits.empty()) fail("sampler: no logits to sample from (the vocabulary is empty)");
+  cand_.resize(logits.size());  // allocates on the first call only (the vocabulary does not change)
+  for (size_t i = 0; i < logits.size(); ++i) {
+    const float x = logits[i];
+    // NaN would break the sort's ordering and +inf the softmax; both mean the model went wrong.
+    if (std::isnan(x) || x == std::numeric_limits<float>::infinity())
+      fail("sampler: the logit of token {} is {}; the model produced an invalid value", i, x);
+    cand_[i] = {static_cast<int32_t>(i), x, 0.0};
+  }
+  if (penalties_on()) {
+    count_history();
+    // cand_ is still in id order here, so cand_[id] is token id.
+    for (const auto& [id, count] : counts_)
+      if (id >= 0 && static_cast<size_t>(id) < cand_.size()) cand_[static_cast<size_t>(id)].logit = penalised(cand_[static_cast<size_t>(id)].logit, count);
+  }
+  n_ = cand_.size();
+  if (max_logit() == -std::numeric_limits<float>::infinity())
+    fail("sampler: every token's logit is -inf; there is nothing to sample");
+}
+
+double Sampler::max_logit() const {
+  float mx = cand_[0].logit;
+  for (size_t i = 1; i < n_; ++i) mx = std::max(mx, cand_[i].logit);
+  return mx;
+}
+
+double Sampler::softmax(double temperature) {
+  // In double: the cumulative sums of top-p and typical-p decide which tokens survive.
+  const double mx = max_logit();
+  double sum = 0.0;
+  for (size_t i = 0; i < n_; ++i) sum += cand_[i].p = std::exp((static_cast<double>(cand_[i].logit) - mx) / temperature);
+  for (size_t i = 0; i < n_; ++i) cand_[i].p /= sum;  // sum >= 1: the maximum contributes exp(0)
+  return mx / temperature + std::log(sum);
+}
+
+void Sampler::keep_top_k() {
+  const auto k = static_cast<size_t>(cfg_.top_k);
+  if (k >= n_) return;
+  std::partial_sort(cand_.begin(), cand_.begin() + static_cast<ptrdiff_t>(k), cand_.begin() + static_cast<ptrdiff_t>(n_),
+                    higher_logit);
+  n_ = k;
+}
+
+template <typename Pred>
+size_t Sampler::move_to_front(size_t from, Pred pred) {
+  // Like std::stable_partition for the selected elements, but in place with no allocation. Our
+  // own loop, so the order the others are left in is the same with every standard library.
+  size_t w = from;
+  for (size_t i = from; i < n_; ++i)
+    if (pred(cand_[i])) std::swap(cand_[w++], cand_[i]);
+  return w;
+}
+
+template <typename Key>
+void Sampler::keep_prefix_reaching(double mass, Key key) {
+  // The plain way is to sort all survivors by key and walk; for a 150k vocabulary that costs
+  // milliseconds per token, more than everything else in sampling. Instead: a histogram of the
+  // mass over key buckets finds the bucket where the running mass reaches `mass`; everything
+  // in the buckets before it is kept as it is, and only that one bucket is sorted and walked.
+  // The result is exactly the sorted-prefix set: the bucket index is a non-decreasing function
+  // of the key, so all of an earlier bucket comes before all of a later one.
+  //
+  // Keys are in logit units. Keys more than kSpan past the smallest share the last bucket: that
+  // only costs speed if the walk ever reaches it (it is sorted like any other), and it does not,
+  // since those tokens are negligible: for top-p their probability is below e^-64 of the best
+  // one's; for typical-p, c lies within log(vocabulary) of the top logit, so below ~e^-50.
+  // Tokens with p = 0 (-inf logits) have key +inf and land there too.
+  constexpr size_t kBuckets = 2048;
+  constexpr double kSpan = 64.0;
+  double lo = std::numeric_limits<double>::infinity();
+  for (size_t i = 0; i < n_; ++i) lo = std::min(lo, key(cand_[i]));
+  const auto bucket = [&](const Candidate& c) {
+    const double d = (key(c) - lo) * (kBuckets / kSpan);
+    return d < static_cast<double>(kBuckets - 1) ? static_cast<size_t>(d) : kBuckets - 1;
+  };
+  bucket_mass_.assign(kBuckets, 0.0);
+  for (size_t i = 0; i < n_; ++i) bucket_mass_[bucket(cand_[i])] += cand_[i].p;
+  size_t edge = 0;
+  double acc = 0.0;
+  while (edge + 1 < kBuckets && acc + bucket_mass_[edge] < mass) acc += bucket_mass_[edge++];
+
+  const size_t front = move_to_front(0, [&](const Candidate& c) { return bucket(c) < edge; });
+  const size_t end = move_to_front(front, [&](const Candidate& c) { return bucket(c) == edge; });
+  std::sort(cand_.begin() + static_cast<ptrdiff_t>(front), cand_.begin() + static_cast<ptrdiff_t>(end),
+            [&](const Candidate& a, const Candidate& b) {
+              const double ka = key(a), kb = key(b);
+              return ka < kb || (ka == kb && a.id < b.id);
+            });
+  size_t i = front;
+  while (i < end) {
+    acc += cand_[i++].p;
+    if (acc >= mass) break;
+  }
+  n_ = i;  // >= 1: the edge bucket holds mass unless the total fell short by rounding (then all stay)
+}
+
+void Sampler::keep_typical() {
+  const double log_z = softmax(1.0);
+  double entropy = 0.0;
+  for (size_t i = 0; i < n_; ++i)
+    if (cand_[i].p > 0.0) entropy -= cand_[i].p * std::log(cand_[i].p);
+  // -log p_i = logZ - logit_i, so the distance |-log p_i - H| equals |logit_i - c| with
+  // c = logZ - H: ranking by the logit's distance from c ranks by typicality without a log per
+  // token.
+  const double c = log_z - entropy;
+  keep_prefix_reaching(cfg_.typical_p, [c](const Candidate& x) { return std::fabs(static_cast<double>(x.logit) - c); });
+}
+
+void Sampler::keep_top_p() {
+  softmax(1.0);
+  keep_prefix_reaching(cfg_.top_p, [](const Candidate& x) { return -static_cast<double>(x.logit); });
+}
+
+void Sampler::keep_min_p() {
+  // p_i >= min_p * p_max  <=>  exp(logit_i - max) >= min_p; the softmax's normaliser cancels.
+  const double mx = max_logit();
+  const double min_p = cfg_.min_p;
+  // remove_if is stable, so the survivors keep their (deterministic) order.
+  const auto end = std::remove_if(cand_.begin(), cand_.begin() + static_cast<ptrdiff_t>(n_), [&](const Candidate& x) {
+    return std::exp(static_cast<double>(x.logit) - mx) < min_p;
+  });
+  n_ = static_cast<size_t>(end - cand_.begin());  // >= 1: the maximum has ratio 1
+}
+
+std::span<const Candidate> Sampler::distribution(std::span<const float> logits) {
+  load(logits);
+  if (cfg_.temperature <= 0.0f) {
+    // The filters always keep the most likely token, so greedy skips them. First maximum in id
+    // order = the lowest id among ties, as argmax().
+    size_t best = 0;
+    for (size_t i = 1; i < n_; ++i)
+      if (cand_[i].logit > cand_[best].logit) best = i;
+    cand_[0] = cand_[best];
+    cand_[0].p = 1.0;
+    n_ = 1;
+    return {cand_.data(), n_};
+  }
+  if (cfg_.top_k > 0) keep_top_k();
+  if (cfg_.typical_p < 1.0f) keep_typical();
+  if (cfg_.top_p < 1.0f) keep_top_p();
+  if (cfg_.min_p > 0.0f) keep_min_p();
+  softmax(cfg_.temperature);
+  return {cand_.data(), n_};
 }
 
 double Sampler::uniform() { return static_cast<double>(rng_() >> 11) * 0x1.0p-53; }
 
 int32_t Sampler::sample(std::span<const float> logits) {
-  if (cfg_.temperature <= 0.0f) return argmax(logits);
-  cand_.clear();
-  for (size_t i = 0; i < logits.size(); ++i) cand_.emplace_back(logits[i], static_cast<int32_t>(i));
-  // Highest logit first; ties by id so the order never depends on the sort's stability.
-  auto by_logit = [](const auto& a, const auto& b) { return a.first > b.first || (a.first == b.first && a.second < b.second); };
-  size_t keep = cand_.size();
-  if (cfg_.top_k > 0 && static_cast<size_t>(cfg_.top_k) < keep) {
-    keep = static_cast<size_t>(cfg_.top_k);
-    std::partial_sort(cand_.begin(), cand_.begin() + static_cast<ptrdiff_t>(keep), cand_.end(), by_logit);
-  } else {
-    std::sort(cand_.begin(), cand_.end(), by_logit);
+  // Plain greedy needs no copy of the logits.
+  if (cfg_.temperature <= 0.0f && !penalties_on()) return argmax(logits);
+  const std::span<const Candidate> c = distribution(logits);
+  if (cfg_.temperature <= 0.0f) return c[0].id;
+  // Inverse-CDF draw over the survivors in their deterministic order.
+  const double r = uniform();
+  double acc = 0.0;
+  for (const Candidate& x : c) {
+    acc += x.p;
+    if (r < acc) return x.id;
   }
-  cand_.resize(keep);
-  // Softmax at the temperature (in double: the sums below decide which tokens survive top-p).
-  std::vector<double> p(keep);
-  const double mx = cand_[0].first;
-  double sum = 0.0;
-  for (size_t i = 0; i < keep; ++i) sum += p[i] = std::exp((cand_[i].first - mx) / cfg_.temperature);
-  for (double& x : p) x /= sum;
-  if (cfg_.top_p < 1.0f) {
-    // The smallest prefix whose mass reaches top_p.
-    double mass = 0.0;
-    size_t n = 0;
-    while (n < keep && mass < cfg_.top_p) mass += p[n++];
-    keep = std::max<size_t>(n, 1);
-    p.resize(keep);
-    sum = mass;
-    for (double& x : p) x /= sum;
-  }
-  double r = uniform(), acc = 0.0;
-  for (size_t i = 0; i < keep; ++i) {
-    acc += p[i];
-    if (r < acc) return cand_[i].second;
-  }
-  return cand_[keep - 1].second;
+  // Rounding can leave the total a hair below 1 and r above it: that sliver goes to the last
+  // token that has any probability (never to one with p = 0).
+  for (size_t i = c.size(); i-- > 0;)
+    if (c[i].p > 0.0) return c[i].id;
+  return c[0].id;
 }
 
 }  // namespace npullm::genai

@@ -76,6 +76,7 @@ class LlmRuntime {
   int64_t capacity() const { return cfg_.variants.back(); }  // C_max
   int64_t position() const { return pos_; }                  // rows of the state in use
   const RuntimeStats& stats() const { return stats_; }
+  void clear_variants_used() { stats_.variants_used.clear(); }  // start a new window of variants_used
   std::string device_name() const;
 
   // Runs `ids` through the prefill blob at the current position (in chunks of P) and returns the

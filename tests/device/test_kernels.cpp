@@ -1,7 +1,9 @@
 // CPU kernels against naive double-precision references written here, for every code path this
 // CPU can run (scalar, avx2, avx512: forced with kernel_force_isa), plus the promises of
 // kernels.h: results independent of the [n0, n1) / [r0, r1) split, M = 1 and M > 1 agree bit for
-// bit, and the ISA paths agree with each other within a tight tolerance.
+// bit, and the ISA paths agree with each other within a tight tolerance. Matmuls with int8
+// activations (kernels.h: matmul_activations) are also checked bit for bit against a scalar model
+// of their quantisation and integer dot products written here from the block layouts.
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -124,7 +126,193 @@ std::vector<MatmulCase> matmul_cases() {
   return {{GgmlType::F32, "F32", any},   {GgmlType::F16, "F16", any},   {GgmlType::BF16, "BF16", any},
           {GgmlType::Q8_0, "Q8_0", q32}, {GgmlType::Q4_0, "Q4_0", q32}, {GgmlType::Q4_1, "Q4_1", q32},
           {GgmlType::Q5_0, "Q5_0", q32}, {GgmlType::Q5_1, "Q5_1", q32}, {GgmlType::Q4_K, "Q4_K", {256, 512}},
-          {GgmlType::Q6_K, "Q6_K", {256, 512}}};
+          {GgmlType::Q5_K, "Q5_K", {256, 512}}, {GgmlType::Q6_K, "Q6_K", {256, 512}}};
+}
+
+
+// ---- int8 activations: a scalar model of kernels.h's numerics ----------------------------------
+//
+// Written from the block layouts, independently of the kernels: activations quantised per 32
+// (Q8_0-style, fp16 scale) or per 256 (Q8_K-style, float scale), exact integer dot products per
+// weight block, then one float chain per output (std::fma, blocks in order).
+
+bool uses_int8(GgmlType t) { return matmul_activations(t) != MatmulActivations::F32; }
+
+struct QRow {
+  std::vector<int> q;      // quantised activations
+  std::vector<float> d;    // scale per block (32 or 256)
+  std::vector<float> amax;  // max |x| per block, for error bounds
+};
+
+QRow quantise_act(const float* x, int64_t K, bool k_style) {
+  const int64_t bs = k_style ? 256 : 32;
+  QRow r;
+  r.q.resize(K);
+  for (int64_t b = 0; b < K / bs; ++b) {
+    float amax = 0.0f;
+    for (int64_t j = 0; j < bs; ++j) amax = std::max(amax, std::fabs(x[b * bs + j]));
+    r.amax.push_back(amax);
+    if (k_style) {
+      const float id = amax != 0.0f ? 127.0f / amax : 0.0f;
+      for (int64_t j = 0; j < bs; ++j)
+        r.q[b * bs + j] = std::clamp(static_cast<int>(std::nearbyint(x[b * bs + j] * id)), -127, 127);
+      r.d.push_back(amax != 0.0f ? 1.0f / id : 0.0f);
+    } else {
+      const float id = amax != 0.0f ? 127.0f / amax : 0.0f;
+      for (int64_t j = 0; j < bs; ++j) r.q[b * bs + j] = static_cast<int>(std::nearbyint(x[b * bs + j] * id));
+      r.d.push_back(fp16_to_fp32(fp32_to_fp16(amax / 127.0f)));
+    }
+  }
+  return r;
+}
+
+float f16_at(const uint8_t* p) {
+  uint16_t h;
+  std::memcpy(&h, p, 2);
+  return fp16_to_fp32(h);
+}
+
+// The integer quants of one weight block and its scales. Simple types: w[32], d (and m);
+// Q4_K / Q5_K: w[256] unsigned, sc[8], mn[8], d, dmin; Q6_K: w[256] in [-32, 31], sc[16], d.
+struct WBlock {
+  int w[256];
+  int sc[16], mn[8];
+  float d = 0, m = 0;
+};
+
+void decode_block(GgmlType t, const uint8_t* b, WBlock& o) {
+  switch (t) {
+    case GgmlType::Q4_0: case GgmlType::Q4_1: {
+      const uint8_t* qs = b + (t == GgmlType::Q4_0 ? 2 : 4);
+      const int off = t == GgmlType::Q4_0 ? 8 : 0;
+      for (int j = 0; j < 16; ++j) o.w[j] = (qs[j] & 15) - off, o.w[j + 16] = (qs[j] >> 4) - off;
+      o.d = f16_at(b);
+      if (t == GgmlType::Q4_1) o.m = f16_at(b + 2);
+      return;
+    }
+    case GgmlType::Q5_0: case GgmlType::Q5_1: {
+      const bool one = t == GgmlType::Q5_1;
+      uint32_t qh;
+      std::memcpy(&qh, b + (one ? 4 : 2), 4);
+      const uint8_t* qs = b + (one ? 8 : 6);
+      for (int j = 0; j < 32; ++j) {
+        const int lo = j < 16 ? (qs[j] & 15) : (qs[j - 16] >> 4);
+        o.w[j] = (lo | (((qh >> j) & 1) << 4)) - (one ? 0 : 16);
+      }
+      o.d = f16_at(b);
+      if (one) o.m = f16_at(b + 2);
+      return;
+    }
+    case GgmlType::Q8_0:
+      for (int j = 0; j < 32; ++j) o.w[j] = static_cast<int8_t>(b[2 + j]);
+      o.d = f16_at(b);
+      return;
+    case GgmlType::Q4_K: case GgmlType::Q5_K: {
+      const uint8_t* sc = b + 4;
+      for (int j = 0; j < 8; ++j) {
+        if (j < 4) {
+          o.sc[j] = sc[j] & 63, o.mn[j] = sc[j + 4] & 63;
+        } else {
+          o.sc[j] = (sc[j + 4] & 15) | ((sc[j - 4] >> 6) << 4);
+          o.mn[j] = (sc[j + 4] >> 4) | ((sc[j] >> 6) << 4);
+        }
+      }
+      const bool five = t == GgmlType::Q5_K;
+      const uint8_t* qh = b + 16;
+      const uint8_t* qs = b + (five ? 48 : 16);
+      for (int j = 0; j < 8; ++j)
+        for (int l = 0; l < 32; ++l) {
+          const uint8_t byte = qs[32 * (j / 2) + l];
+          o.w[32 * j + l] = ((j % 2) ? byte >> 4 : byte & 15) + (five && ((qh[l] >> j) & 1) ? 16 : 0);
+        }
+      o.d = f16_at(b);
+      o.m = f16_at(b + 2);
+      return;
+    }
+    case GgmlType::Q6_K: {
+      for (int e = 0; e < 256; ++e) {
+        const int h = e / 128, quarter = (e % 128) / 32, l = e % 32;
+        const uint8_t ql = b[64 * h + 32 * (quarter % 2) + l];
+        const int lo = quarter < 2 ? (ql & 15) : (ql >> 4);
+        const int hi = (b[128 + 32 * h + l] >> (2 * quarter)) & 3;
+        o.w[e] = (lo | (hi << 4)) - 32;
+      }
+      for (int j = 0; j < 16; ++j) o.sc[j] = static_cast<int8_t>(b[192 + j]);
+      o.d = f16_at(b + 208);
+      return;
+    }
+    default: FAIL() << "no int8 model for " << ggml_type_name(t);
+  }
+}
+
+// out[m, n] as kernels.h specifies for int8 activations, bit for bit.
+std::vector<float> int8_model_matmul(const std::vector<float>& x, int64_t M, const Weights& w, const float* bias,
+                                     const float* res) {
+  const GgmlType t = w.type;
+  const bool k_style = matmul_activations(t) == MatmulActivations::Q8_K;
+  const int64_t unit = k_style ? 256 : 32;
+  const size_t rb = ggml_row_bytes(t, w.K), bb = ggml_type_traits(t).type_size;
+  std::vector<float> out(static_cast<size_t>(M * w.N));
+  for (int64_t m = 0; m < M; ++m) {
+    const QRow xq = quantise_act(x.data() + m * w.K, w.K, k_style);
+    for (int64_t n = 0; n < w.N; ++n) {
+      float acc = 0.0f;
+      for (int64_t u = 0; u < w.K / unit; ++u) {
+        WBlock blk;
+        decode_block(t, w.bytes.data() + n * rb + u * bb, blk);
+        const int* q = xq.q.data() + u * unit;
+        const float dx = xq.d[u];
+        if (!k_style) {
+          int32_t I = 0, S = 0;
+          for (int j = 0; j < 32; ++j) I += blk.w[j] * q[j], S += q[j];
+          acc = std::fma(static_cast<float>(I), dx * blk.d, acc);
+          if (t == GgmlType::Q4_1 || t == GgmlType::Q5_1) acc = std::fma(blk.m, dx * static_cast<float>(S), acc);
+        } else if (t == GgmlType::Q6_K) {
+          int32_t isc = 0;
+          for (int j = 0; j < 16; ++j) {
+            int32_t I = 0;
+            for (int l = 0; l < 16; ++l) I += blk.w[16 * j + l] * q[16 * j + l];
+            isc += blk.sc[j] * I;
+          }
+          acc = std::fma(static_cast<float>(isc), dx * blk.d, acc);
+        } else {
+          int32_t isc = 0, imn = 0;
+          for (int j = 0; j < 8; ++j) {
+            int32_t I = 0, S = 0;
+            for (int l = 0; l < 32; ++l) I += blk.w[32 * j + l] * q[32 * j + l], S += q[32 * j + l];
+            isc += blk.sc[j] * I;
+            imn += blk.mn[j] * S;
+          }
+          acc = std::fma(static_cast<float>(isc), dx * blk.d, acc);
+          acc = std::fma(static_cast<float>(-imn), dx * blk.m, acc);
+        }
+      }
+      float v = acc;
+      if (bias) v += bias[n];
+      if (res) v += res[m * w.N + n];
+      out[m * w.N + n] = v;
+    }
+  }
+  return out;
+}
+
+// How far int8 activations may move out[m, n] from the exact product: each activation is off by
+// at most half a quantisation step d (d = amax / 127) plus, for the fp16 scale of Q8_0-style
+// blocks, 127 * 2^-11 d; 0.6 d covers both. Zero for types computed in F32.
+std::vector<double> act_quant_bound(const std::vector<float>& x, int64_t M, const Weights& w) {
+  std::vector<double> b(static_cast<size_t>(M * w.N), 0.0);
+  if (!uses_int8(w.type)) return b;
+  const bool k_style = matmul_activations(w.type) == MatmulActivations::Q8_K;
+  const int64_t unit = k_style ? 256 : 32;
+  for (int64_t m = 0; m < M; ++m) {
+    const QRow xq = quantise_act(x.data() + m * w.K, w.K, k_style);
+    for (int64_t n = 0; n < w.N; ++n) {
+      double s = 0.0;
+      for (int64_t k = 0; k < w.K; ++k) s += std::fabs(double(w.deq[n * w.K + k])) * 0.6 * xq.amax[k / unit] / 127.0;
+      b[m * w.N + n] = s;
+    }
+  }
+  return b;
 }
 
 // ---- per-ISA fixture -------------------------------------------------------------------------
@@ -154,10 +342,12 @@ TEST_P(KernelIsa, MatmulMatchesDoubleReferenceForEveryType) {
           const float* r = variant ? res.data() : nullptr;
           std::vector<double> want, mag;
           reference_matmul(x, M, w, b, r, want, mag);
+          const std::vector<double> qb = act_quant_bound(x, M, w);
           const std::vector<float> got = run_matmul(x, M, w, b, r, {{0, N}});
           for (size_t i = 0; i < got.size(); ++i) {
-            // Worst-case bound of float summation in any order: (K + 2) u sum |terms|.
-            const double tol = double(K + 2) * 6e-8 * mag[i] + 1e-30;
+            // Worst-case bound of float summation in any order: (K + 2) u sum |terms|, plus the
+            // error int8 activations may add.
+            const double tol = double(K + 2) * 6e-8 * mag[i] + qb[i] + 1e-30;
             ASSERT_NEAR(got[i], want[i], tol) << "element " << i;
           }
         }
@@ -215,8 +405,9 @@ TEST_P(KernelIsa, MatmulLargeBatchCrossesBlocking) {
     const std::vector<float> x = randn(M * K, seed++);
     std::vector<double> want, mag;
     reference_matmul(x, M, w, nullptr, nullptr, want, mag);
+    const std::vector<double> qb = act_quant_bound(x, M, w);
     const std::vector<float> got = run_matmul(x, M, w, nullptr, nullptr, {{0, 9}, {9, N}});
-    for (size_t i = 0; i < got.size(); ++i) ASSERT_NEAR(got[i], want[i], double(K + 2) * 6e-8 * mag[i]) << i;
+    for (size_t i = 0; i < got.size(); ++i) ASSERT_NEAR(got[i], want[i], double(K + 2) * 6e-8 * mag[i] + qb[i]) << i;
     for (int64_t m : {0, 31, 32, 36}) {
       const std::vector<float> xm(x.begin() + m * K, x.begin() + (m + 1) * K);
       const std::vector<float> single = run_matmul(xm, 1, w, nullptr, nullptr, {{0, N}});
@@ -235,6 +426,72 @@ TEST_P(KernelIsa, MatmulResidualMayAliasOutput) {
   std::vector<float> work(matmul_work_floats(K));
   matmul(x.data(), M, K, w.bytes.data(), w.type, nullptr, out.data(), out.data(), N, 0, N, work.data());
   for (size_t i = 0; i < out.size(); ++i) EXPECT_TRUE(same_bits(out[i], want[i])) << i;
+}
+
+// Every int8 path computes exactly the model above: same quantised activations, same integer
+// dot products, same float chain. Shapes cross the vector panels (8 / 16 rows, pairs of them),
+// the decode / prefill switch (M = 4 / 5) and the 64-row activation chunks (M = 70).
+TEST_P(KernelIsa, Int8MatmulMatchesScalarModelBitForBit) {
+  uint32_t seed = 700;
+  for (const MatmulCase& c : matmul_cases()) {
+    if (!uses_int8(c.type)) continue;
+    for (int64_t K : c.Ks) {
+      for (int64_t M : {1, 2, 3, 4, 5, 9, 70}) {
+        const int64_t N = M > 9 ? 35 : 53;
+        SCOPED_TRACE(std::string(c.name) + " K=" + std::to_string(K) + " M=" + std::to_string(M));
+        const Weights w = make_weights(c.type, N, K, seed++);
+        const std::vector<float> x = randn(static_cast<size_t>(M * K), seed++);
+        const std::vector<float> bias = randn(static_cast<size_t>(N), seed++);
+        const std::vector<float> res = randn(static_cast<size_t>(M * N), seed++);
+        const bool extras = M % 2 == 1;
+        const float* b = extras ? bias.data() : nullptr;
+        const float* r = extras ? res.data() : nullptr;
+        const std::vector<float> want = int8_model_matmul(x, M, w, b, r);
+        const std::vector<float> got = run_matmul(x, M, w, b, r, {{0, 17}, {17, N}});
+        for (size_t i = 0; i < got.size(); ++i)
+          ASSERT_TRUE(same_bits(got[i], want[i])) << "element " << i << ": " << got[i] << " vs " << want[i];
+      }
+    }
+  }
+}
+
+// Activations with extremes: all zeros (scale 0), one huge element per block, and exact ties
+// (amax = 127 makes x * 127 / amax = x, and x = k + 0.5 rounds to even).
+TEST_P(KernelIsa, Int8MatmulEdgeActivations) {
+  for (GgmlType t : {GgmlType::Q8_0, GgmlType::Q4_0, GgmlType::Q5_1, GgmlType::Q4_K, GgmlType::Q6_K}) {
+    SCOPED_TRACE(std::string(ggml_type_name(t)));
+    const int64_t K = 512, N = 19, M = 3;
+    const Weights w = make_weights(t, N, K, 41);
+    std::vector<float> x(static_cast<size_t>(M * K), 0.0f);  // row 0: zeros
+    for (int64_t k = 0; k < K; ++k) {
+      x[K + k] = (k % 32 == 5) ? 1e6f : 0.001f * float(k % 7) - 0.003f;  // row 1: one spike per block
+      x[2 * K + k] = (k % 32 == 0) ? 127.0f : float(k % 50 - 25) + 0.5f;    // row 2: ties
+    }
+    const std::vector<float> want = int8_model_matmul(x, M, w, nullptr, nullptr);
+    const std::vector<float> got = run_matmul(x, M, w, nullptr, nullptr, {{0, N}});
+    for (size_t i = 0; i < got.size(); ++i) ASSERT_TRUE(same_bits(got[i], want[i])) << i;
+    for (int64_t n = 0; n < N; ++n) ASSERT_EQ(got[n], 0.0f) << "zero activations give exact zeros";
+  }
+}
+
+// Split and thread invariance at model-like shapes: every split of [0, N) (multiples of 16, odd
+// cuts, single rows) gives the same bits, for decode and prefill.
+TEST_P(KernelIsa, Int8MatmulIndependentOfSplit) {
+  uint32_t seed = 800;
+  for (GgmlType t : {GgmlType::Q4_0, GgmlType::Q8_0, GgmlType::Q5_0, GgmlType::Q4_K, GgmlType::Q5_K, GgmlType::Q6_K}) {
+    for (int64_t M : {1, 7}) {
+      SCOPED_TRACE(std::string(ggml_type_name(t)) + " M=" + std::to_string(M));
+      const int64_t K = 768, N = 100;
+      const Weights w = make_weights(t, N, K, seed++);
+      const std::vector<float> x = randn(static_cast<size_t>(M * K), seed++);
+      const std::vector<float> whole = run_matmul(x, M, w, nullptr, nullptr, {{0, N}});
+      for (const auto& sp : std::vector<std::vector<std::pair<int64_t, int64_t>>>{
+               {{0, 16}, {16, 48}, {48, 64}, {64, 100}}, {{0, 33}, {33, 34}, {34, 99}, {99, 100}}, {{50, 100}, {0, 50}}}) {
+        const std::vector<float> got = run_matmul(x, M, w, nullptr, nullptr, sp);
+        for (size_t i = 0; i < got.size(); ++i) ASSERT_TRUE(same_bits(got[i], whole[i])) << i;
+      }
+    }
+  }
 }
 
 // stories260K-like shape: F32, dim 64. The scalar path sums in llama2.c's order exactly.

@@ -257,7 +257,7 @@ TEST(Dequant, RejectsPartialBlocksAndUnsupportedTypes) {
   EXPECT_THROW(dequantize_row(GgmlType::IQ2_XXS, buf.data(), out.data(), 256), Error);
   EXPECT_THROW(dequantize_row(GgmlType::Q6_K, buf.data(), out.data(), 128), Error);
   EXPECT_THROW(dequantize_row(static_cast<GgmlType>(5), buf.data(), out.data(), 4), Error);
-  EXPECT_THROW(quantize_row(GgmlType::Q5_0, out.data(), buf.data(), 32), Error);
+  EXPECT_THROW(quantize_row(GgmlType::IQ2_XXS, out.data(), buf.data(), 256), Error);
   EXPECT_THROW(quantize_row(GgmlType::Q8_0, out.data(), buf.data(), 31), Error);
 }
 

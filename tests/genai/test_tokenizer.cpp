@@ -3,6 +3,7 @@
 // streaming decoder's UTF-8 handling.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <iostream>
 #include <memory>
 #include <nlohmann/json.hpp>
@@ -359,6 +360,22 @@ TEST(Tokenizer, UnknownBytesWithoutByteTokensBecomeUnk) {
   EXPECT_NE(error_of([&] { strict.encode("\xC3\xA9", false); }).find("0xC3"), std::string::npos);
 }
 
+// Special tokens in SPM text: USER_DEFINED always split, CONTROL only with parse_special; the text
+// after a special token gets the dummy prefix again (llama.cpp).
+TEST(Tokenizer, SpecialTokensInSentencePieceText) {
+  const std::string sp = "\xE2\x96\x81";
+  Vocab v = make_vocab(
+      {{sp, -5}, {"h", -5}, {"i", -5}, {"hi", -3}, {sp + "hi", -1}, {"<tag>", 0, TokenType::UserDefined}});
+  v.add_space_prefix = true;
+  const Tokenizer tok(v);
+  const int32_t shi = id_of(tok, sp + "hi"), tag = id_of(tok, "<tag>");
+  EXPECT_EQ(tok.encode("hi<tag>hi", false), (std::vector<int32_t>{shi, tag, shi}));
+  EXPECT_EQ(tok.encode("<s>hi", false, /*parse_special=*/true), (std::vector<int32_t>{1, shi}));
+  const std::vector<int32_t> plain = tok.encode("<s>hi", false);
+  EXPECT_EQ(std::count(plain.begin(), plain.end(), 1), 0);
+  EXPECT_EQ(tok.decode(plain, true), "<s>hi");
+}
+
 TEST(Tokenizer, TokenToPieceByType) {
   const std::string sp = "\xE2\x96\x81";
   const Tokenizer tok(make_vocab({{sp + "hi" + sp + "x", -1},
@@ -402,9 +419,12 @@ TEST(Tokenizer, RejectsInconsistentVocab) {
   v.bos = 100000;
   EXPECT_NE(error_of([&] { Tokenizer t(v); }).find("bos"), std::string::npos);
   v = make_vocab({{"a", -1}});
-  v.model = "gpt2";
-  EXPECT_NE(error_of([&] { Tokenizer t(v); }).find("tokenizer model 'gpt2' is not supported yet"),
+  v.model = "t5";
+  EXPECT_NE(error_of([&] { Tokenizer t(v); }).find("tokenizer model 't5' is not supported"),
             std::string::npos);
+  v = make_vocab({{"a", -1}});
+  v.strip = {kStripLeft};
+  EXPECT_NE(error_of([&] { Tokenizer t(v); }).find("strip flags"), std::string::npos);
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -550,10 +570,29 @@ std::string from_gguf_error(const GgufWriter& w) {
 TEST(VocabFromGguf, Errors) {
   {
     GgufWriter w;
+    w.add_string("tokenizer.ggml.model", "rwkv");
+    w.add_string_array("tokenizer.ggml.tokens", {"a"});
+    EXPECT_NE(from_gguf_error(w).find("tokenizer model 'rwkv' is not supported"),
+              std::string::npos);
+  }
+  {
+    // Byte-level BPE needs its merges...
+    GgufWriter w;
     w.add_string("tokenizer.ggml.model", "gpt2");
     w.add_string_array("tokenizer.ggml.tokens", {"a"});
-    EXPECT_NE(from_gguf_error(w).find("tokenizer model 'gpt2' is not supported yet"),
-              std::string::npos);
+    EXPECT_NE(from_gguf_error(w).find("tokenizer.ggml.merges"), std::string::npos);
+    // ...as "left right" pairs...
+    w.add_string_array("tokenizer.ggml.merges", {"ab"});
+    EXPECT_NE(from_gguf_error(w).find("tokenizer.ggml.merges[0]"), std::string::npos);
+  }
+  {
+    // ...and a pre-tokenizer it knows, named in the error when it does not.
+    GgufWriter w;
+    w.add_string("tokenizer.ggml.model", "gpt2");
+    w.add_string("tokenizer.ggml.pre", "brand-new-pre");
+    w.add_string_array("tokenizer.ggml.tokens", {"a", "b", "ab"});
+    w.add_string_array("tokenizer.ggml.merges", {"a b"});
+    EXPECT_NE(from_gguf_error(w).find("unknown pre-tokenizer 'brand-new-pre'"), std::string::npos);
   }
   {
     GgufWriter w;

@@ -7,7 +7,9 @@
 #include <nlohmann/json.hpp>
 
 #include "common/error.h"
-#include "genai/pipeline.h"
+#include <npullm/llm_pipeline.h>
+
+#include "npuw/llm_runtime.h"
 #include "test_util.h"
 
 namespace npullm {
@@ -24,8 +26,8 @@ nlohmann::json reference_case(const std::string& name) {
   return {};
 }
 
-npuw::RuntimeConfig config(int64_t chunk, std::vector<int64_t> variants, int threads) {
-  npuw::RuntimeConfig c;
+PipelineConfig config(int64_t chunk, std::vector<int64_t> variants, int threads) {
+  PipelineConfig c;
   c.prefill_chunk = chunk;
   c.variants = std::move(variants);
   c.threads = threads;
@@ -34,14 +36,14 @@ npuw::RuntimeConfig config(int64_t chunk, std::vector<int64_t> variants, int thr
 }
 
 // llama2.c's next_ids are the tokens at positions 1..steps: the prompt after BOS, then generated ones.
-std::vector<int32_t> sequence_after_bos(const genai::GenerationResult& r) {
+std::vector<int32_t> sequence_after_bos(const GenerationResult& r) {
   std::vector<int32_t> seq(r.prompt_ids.begin() + 1, r.prompt_ids.end());
   seq.insert(seq.end(), r.ids.begin(), r.ids.end());
   return seq;
 }
 
-genai::GenerationResult greedy(genai::Pipeline& p, const std::string& prompt, int64_t n) {
-  genai::GenerationConfig gc;
+GenerationResult greedy(LLMPipeline& p, const std::string& prompt, int64_t n) {
+  GenerationConfig gc;
   gc.max_new_tokens = n;
   return p.generate(prompt, gc);
 }
@@ -51,7 +53,7 @@ TEST(StoriesReference, CaseAPromptGreedyIdsAndText) {
   NPULLM_REQUIRE_SHARED(kReference);
   const auto c = reference_case("A_");
   const auto want = c["next_ids"].get<std::vector<int32_t>>();
-  genai::Pipeline p(test::shared_path(kModel), config(64, {}, 2));
+  LLMPipeline p(test::shared_path(kModel), config(64, {}, 2));
   const auto r = greedy(p, "Once upon a time", static_cast<int64_t>(want.size()));
   EXPECT_EQ(r.prompt_ids, c["prompt_ids"].get<std::vector<int32_t>>());
   std::vector<int32_t> got = sequence_after_bos(r);
@@ -61,7 +63,7 @@ TEST(StoriesReference, CaseAPromptGreedyIdsAndText) {
   // The reference text is the prompt plus everything decoded up to step 200, then a newline.
   const size_t n_gen = want.size() - (r.prompt_ids.size() - 1);
   std::vector<int32_t> gen(r.ids.begin(), r.ids.begin() + static_cast<long>(n_gen));
-  const std::string text = "Once upon a time" + p.tokenizer().decode(gen);
+  const std::string text = "Once upon a time" + p.detokenize(gen);
   EXPECT_EQ(text + "\n", c["stdout_text"].get<std::string>());
 }
 
@@ -70,7 +72,7 @@ TEST(StoriesReference, CaseBNoPromptGreedy) {
   NPULLM_REQUIRE_SHARED(kReference);
   const auto c = reference_case("B_");
   const auto want = c["next_ids"].get<std::vector<int32_t>>();
-  genai::Pipeline p(test::shared_path(kModel), config(64, {}, 2));
+  LLMPipeline p(test::shared_path(kModel), config(64, {}, 2));
   const auto r = greedy(p, "", static_cast<int64_t>(want.size()));
   EXPECT_EQ(r.prompt_ids, std::vector<int32_t>{1});
   EXPECT_EQ(r.ids, want);
@@ -84,7 +86,11 @@ TEST(StoriesReference, LogitsAtPositions0To7MatchWithin1e4) {
   std::vector<int32_t> tokens;
   for (const auto& row : c["logits"]) tokens.push_back(row["input_token"].get<int32_t>());
   for (int64_t chunk : {1, 3, 64}) {
-    npuw::LlmRuntime rt(test::shared_path(kModel), config(chunk, {64, 512}, 2));
+    npuw::RuntimeConfig rc;
+    rc.prefill_chunk = chunk;
+    rc.variants = {64, 512};
+    rc.use_cache = false;
+    npuw::LlmRuntime rt(test::shared_path(kModel), rc);
     std::vector<float> all;
     rt.prefill(tokens, &all);
     ASSERT_EQ(all.size(), tokens.size() * 512);
@@ -107,27 +113,33 @@ TEST(StoriesReference, SameIdsForEveryChunkVariantListAndThreadCount) {
   for (int64_t chunk : {1, 7, 16, 64, 256})
     for (const auto& variants : variant_lists)
       for (int threads : {1, 2}) {
-        genai::Pipeline p(test::shared_path(kModel), config(chunk, variants, threads));
-        auto got = sequence_after_bos(greedy(p, "Once upon a time", 196));
-        ASSERT_EQ(got, want) << "chunk " << chunk << ", " << variants.size() << " variants, " << threads << " threads";
-        const auto& st = p.runtime().stats();
-        EXPECT_EQ(st.prefill_chunks, (5 + chunk - 1) / chunk);
-        EXPECT_EQ(st.kv_bytes_copied, 0);
+        LLMPipeline p(test::shared_path(kModel), config(chunk, variants, threads));
+        const auto r = greedy(p, "Once upon a time", 196);
+        ASSERT_EQ(sequence_after_bos(r), want) << "chunk " << chunk << ", " << variants.size() << " variants, " << threads << " threads";
+        const GenerationMetrics& m = r.metrics;
+        EXPECT_EQ(m.prefill_chunks, (5 + chunk - 1) / chunk);
+        EXPECT_EQ(m.padded_positions, m.prefill_chunks * chunk - 5);
+        EXPECT_EQ(m.kv_bytes_copied, 0);
+        EXPECT_EQ(m.reprefills, 0);
         if (variants.size() == 4) {
           // 200 positions: the 64-, 128- and 256-row variants each ran, the 512 one never did.
-          EXPECT_EQ(st.variants_used, (std::set<int64_t>{64, 128, 256}));
+          EXPECT_EQ(m.variants_used, (std::vector<int64_t>{64, 128, 256}));
         }
       }
 }
 
-TEST(StoriesReference, StateFullIsAClearStopNotACrash) {
+TEST(StoriesReference, RuntimeRefusesAPrefillThatDoesNotFit) {
   NPULLM_REQUIRE_SHARED(kModel);
-  genai::Pipeline p(test::shared_path(kModel), config(16, {32}, 1));
-  const auto r = greedy(p, "Once upon a time", 100);
-  EXPECT_TRUE(r.stopped_at_capacity);
-  EXPECT_EQ(r.prompt_ids.size() + r.ids.size(), 33u);  // 32 rows in use + the last sampled token
+  npuw::RuntimeConfig rc;
+  rc.prefill_chunk = 16;
+  rc.variants = {32};
+  rc.use_cache = false;
+  npuw::LlmRuntime rt(test::shared_path(kModel), rc);
   std::vector<int32_t> too_long(40, 300);
-  EXPECT_THROW(p.runtime().prefill(too_long), Error);
+  EXPECT_THROW(rt.prefill(too_long), Error);
+  EXPECT_EQ(rt.position(), 0);  // nothing was written
+  std::vector<int32_t> bad_id{1, 9999};
+  EXPECT_THROW(rt.prefill(bad_id), Error);
 }
 
 }  // namespace

@@ -7,17 +7,20 @@
 // entered after __builtin_cpu_supports() has confirmed every extension they are compiled with.
 #include "device/cpu/kernels.h"
 
+#include <algorithm>
 #include <atomic>
 #include <cmath>
 #if defined(__x86_64__) || defined(__i386__)
 #include <cpuid.h>
 #endif
+#include <cstdint>
 #include <cstdlib>
 #include <cstring>
 #include <string_view>
 
 #include "common/error.h"
 #include "device/cpu/kernels_impl.h"
+#include "device/cpu/kernels_int8.h"
 
 namespace npullm::cpu {
 
@@ -88,9 +91,124 @@ struct ScalarOps {
   }
 };
 
+
+// ---- scalar int8 ops (kernels_int8.h with one lane: a panel is one weight row) -----------------
+//
+// A lane is 4 bytes held in a uint32_t (so shifts and wrap-around are well defined); integer sums
+// are exact and far from overflowing, and cvt reads the bits back as int32. fmaf is std::fma, a
+// single rounding like the vector FMA instructions.
+
+inline uint32_t u32_at(const uint8_t* p) {
+  uint32_t v;
+  std::memcpy(&v, p, 4);
+  return v;
+}
+inline int8_t s8_of(uint32_t v, int i) { return static_cast<int8_t>(static_cast<uint8_t>(v >> (8 * i))); }
+inline int16_t s16_of(uint32_t v, int i) { return static_cast<int16_t>(static_cast<uint16_t>(v >> (16 * i))); }
+
+// float -> int8 the way the vector paths do it: round to nearest even (as cvtps2dq under the
+// default MXCSR), then saturate; values outside int32 (or NaN) give the "integer indefinite"
+// INT32_MIN like cvtps2dq, so no conversion here is undefined.
+inline int8_t round_to_i8(float v, int lo) {
+  const float r = std::nearbyint(v);
+  const int32_t i = (r >= -2147483648.0f && r < 2147483648.0f) ? static_cast<int32_t>(r) : INT32_MIN;
+  return static_cast<int8_t>(i < lo ? lo : i > 127 ? 127 : i);
+}
+
+struct ScalarIO {
+  using VI = uint32_t;
+  using VF = float;
+  static constexpr int R = 1;
+  static constexpr bool kVnni = true;  // any byte value works in dot_u8
+
+  static VI zero() { return 0; }
+  static VI set1(int32_t v) { return static_cast<uint32_t>(v); }
+  static VI load(const int32_t* p) { return static_cast<uint32_t>(p[0]); }
+  static VI bcast32(const void* p) { return u32_at(static_cast<const uint8_t*>(p)); }
+  static VI and_(VI v, int32_t imm) { return v & static_cast<uint32_t>(imm); }
+  static VI or_(VI a, VI b) { return a | b; }
+  static VI xor_(VI v, int32_t imm) { return v ^ static_cast<uint32_t>(imm); }
+  static VI add(VI a, VI b) { return a + b; }
+  static VI mullo(VI a, VI b) { return a * b; }
+  static VI srli(VI v, int n) { return v >> n; }
+  static VI slli(VI v, int n) { return v << n; }
+  static VI dot_u8(VI acc, VI w, VI x) {
+    int32_t s = 0;
+    for (int i = 0; i < 4; ++i) s += static_cast<int32_t>(static_cast<uint8_t>(w >> (8 * i))) * s8_of(x, i);
+    return acc + static_cast<uint32_t>(s);
+  }
+  static VI dot_s8(VI acc, VI w, VI x) {
+    int32_t s = 0;
+    for (int i = 0; i < 4; ++i) s += static_cast<int32_t>(s8_of(w, i)) * s8_of(x, i);
+    return acc + static_cast<uint32_t>(s);
+  }
+  static VI madd16(VI acc, VI a, VI b) {
+    const int32_t s = int32_t{s16_of(a, 0)} * s16_of(b, 0) + int32_t{s16_of(a, 1)} * s16_of(b, 1);
+    return acc + static_cast<uint32_t>(s);
+  }
+  static VI sext8(VI v, int i) { return static_cast<uint32_t>(static_cast<int32_t>(s8_of(v, i))); }
+  static VI hbit4(VI h, int s) {
+    VI r = 0;
+    for (int i = 0; i < 4; ++i) r |= ((h >> (s + i)) & 1u) << (8 * i + 4);
+    return r;
+  }
+  static void tload4(const uint8_t* const* rows, int64_t off, VI* out) {
+    for (int g = 0; g < 4; ++g) out[g] = u32_at(rows[0] + off + 4 * g);
+  }
+  static void tload8(const uint8_t* const* rows, int64_t off, VI* out) {
+    for (int g = 0; g < 8; ++g) out[g] = u32_at(rows[0] + off + 4 * g);
+  }
+  static VI gather32(const Panel<ScalarIO>& p, int64_t off) { return u32_at(p.rows[0] + off); }
+  static VF f16lo(VI v) { return fp16_to_fp32(static_cast<uint16_t>(v)); }
+  static VF f16hi(VI v) { return fp16_to_fp32(static_cast<uint16_t>(v >> 16)); }
+
+  static VF zerof() { return 0.0f; }
+  static VF bcastf(float f) { return f; }
+  static VF addf(VF a, VF b) { return a + b; }
+  static VF mulf(VF a, VF b) { return a * b; }
+  static VF fmaf(VF a, VF b, VF c) { return std::fma(a, b, c); }
+  static VF cvt(VI v) { return static_cast<float>(static_cast<int32_t>(v)); }
+  static VF loadf_n(const float* p, int n) { return n > 0 ? *p : 0.0f; }
+  static void storef_n(float* p, VF v, int n) {
+    if (n > 0) *p = v;
+  }
+
+  static void quant_block32(const float* x, int8_t* q, float* d, int32_t* s16) {
+    float amax = 0.0f;
+    for (int j = 0; j < 32; ++j) amax = std::max(amax, std::fabs(x[j]));
+    const float id = amax != 0.0f ? 127.0f / amax : 0.0f;
+    s16[0] = s16[1] = 0;
+    for (int j = 0; j < 32; ++j) {
+      q[j] = round_to_i8(x[j] * id, -128);
+      s16[j / 16] += q[j];
+    }
+    *d = fp16_to_fp32(fp32_to_fp16(amax / 127.0f));
+  }
+  static void quant_block256(const float* x, int8_t* q, float* d, int32_t* s16) {
+    float amax = 0.0f;
+    for (int j = 0; j < 256; ++j) amax = std::max(amax, std::fabs(x[j]));
+    for (int i = 0; i < 16; ++i) s16[i] = 0;
+    if (amax == 0.0f) {
+      std::memset(q, 0, 256);
+      *d = 0.0f;
+      return;
+    }
+    const float id = 127.0f / amax;
+    for (int j = 0; j < 256; ++j) {
+      q[j] = round_to_i8(x[j] * id, -127);
+      s16[j / 16] += q[j];
+    }
+    *d = 1.0f / id;
+  }
+};
+
 void scalar_matmul(const float* x, int64_t M, int64_t K, const void* W, GgmlType wt, size_t row_bytes,
                    const float* bias, const float* res, float* out, int64_t N, int64_t n0, int64_t n1,
                    float* work) {
+  if (int8_supported(wt)) {
+    int8_matmul<ScalarIO>(x, M, K, W, wt, row_bytes, bias, res, out, N, n0, n1, work);
+    return;
+  }
   matmul_impl<ScalarOps>(x, M, K, W, wt, row_bytes, bias, res, out, N, n0, n1, work);
 }
 void scalar_attention(const float* q, const void* k, GgmlType k_type, const void* v, GgmlType v_type,
@@ -130,10 +248,12 @@ int best_level() {
 #if defined(__x86_64__) || defined(__i386__)
   __builtin_cpu_init();
   const bool avx2 = __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") && cpu_has_f16c();
-  // The AVX-512 file is compiled with F/BW/VL/DQ (+FMA/F16C); the compiler may emit any of them.
-  // It is also given VNNI/BF16 flags but uses neither (no intrinsics, no int8 dot patterns).
+  // The AVX-512 file is compiled with F/BW/VL/DQ/VNNI (+FMA/F16C) and uses VNNI intrinsics for
+  // the int8 matmul; AVX-512 CPUs without VNNI (Skylake-SP) take the AVX2 path. It is also given
+  // the BF16 flag but uses no BF16 instruction.
   const bool avx512 = avx2 && __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
-                      __builtin_cpu_supports("avx512vl") && __builtin_cpu_supports("avx512dq");
+                      __builtin_cpu_supports("avx512vl") && __builtin_cpu_supports("avx512dq") &&
+                      __builtin_cpu_supports("avx512vnni");
   return avx512 ? 2 : avx2 ? 1 : 0;
 #else
   return 0;
@@ -296,8 +416,21 @@ void scatter_rows(const float* src, const int32_t* idx, void* dst, GgmlType dst_
 // ---- hot kernels: check, then the chosen ISA -----------------------------------------------------
 
 int64_t matmul_work_floats(int64_t K) {
-  return detail::kAccFloats + detail::kBlockRows * (K > 0 ? K : 0);  // accumulators + dequantised rows
+  if (K <= 0) return detail::kAccFloats;
+  // F32 tiles: accumulators + dequantised rows. int8 path: quantised activations + decoded panels,
+  // plus 64 bytes to align the start.
+  const int64_t f32 = detail::kAccFloats + detail::kBlockRows * K;
+  const int64_t i8 = (detail::int8_work_bytes(K) + 64 + 3) / 4;
+  return f32 > i8 ? f32 : i8;
 }
+MatmulActivations matmul_activations(GgmlType wt) {
+  switch (detail::act_format(wt)) {
+    case detail::ActFormat::Q8_0: return MatmulActivations::Q8_0;
+    case detail::ActFormat::Q8_K: return MatmulActivations::Q8_K;
+    default: return MatmulActivations::F32;
+  }
+}
+
 int64_t attention_work_floats(int64_t C) { return C > 0 ? C : 0; }
 
 void matmul(const float* x, int64_t M, int64_t K, const void* W, GgmlType wt, const float* bias,
@@ -308,7 +441,7 @@ void matmul(const float* x, int64_t M, int64_t K, const void* W, GgmlType wt, co
     fail("matmul: weight type {} is not supported", static_cast<uint32_t>(wt));
   const size_t row_bytes = ggml_row_bytes(wt, K);  // throws when K is not whole blocks
   if (M == 0 || n0 == n1) return;
-  const bool needs_work = M > 1 || !detail::has_loader(wt);
+  const bool needs_work = M > 1 || !detail::has_loader(wt) || detail::int8_supported(wt);
   if (needs_work && work == nullptr) fail("matmul: {} weights with M={} need a work buffer", ggml_type_name(wt), M);
   active().matmul(x, M, K, W, wt, row_bytes, bias, res, out, N, n0, n1, work);
 }

@@ -20,12 +20,19 @@ void rmsnorm_rows(const float* x, const float* w, float* out, int64_t D, float e
 
 // out[m, n] = sum_k x[m, k] * W[n, k] + bias[n] + res[m, n], for all m < M and n in [n0, n1).
 // W is N rows of K elements of type wt (row stride ggml_row_bytes(wt, K)). bias/res may be null;
-// res may alias out. Supported wt: F32, F16, BF16, Q8_0, Q4_0 (vectorised), and any other type
-// dequantize_row() supports (dequantise-then-dot); others throw npullm::Error.
-// Every out[m, n] equals the float dot product of x[m, :] with the exactly dequantised row n,
-// accumulated in one fixed order per code path, so M = 1 (decode) and M > 1 (prefill) agree bit
-// for bit. work: matmul_work_floats(K) floats; may be null when M == 1 and wt is F32, F16, BF16,
-// Q8_0 or Q4_0 (decode streams the weights without scratch).
+// res may alias out. Supported wt: every type dequantize_row() supports; others throw
+// npullm::Error. How the dot products are computed depends on wt (matmul_activations):
+//  - F32 activations (F32, F16, BF16, Q2_K, Q3_K, IQ4_NL, IQ4_XS): out[m, n] is the float dot
+//    product of x[m, :] with the exactly dequantised row n, accumulated in one fixed order per
+//    code path.
+//  - int8 activations (Q4_0, Q4_1, Q5_0, Q5_1, Q8_0: Q8_0-style blocks of 32; Q4_K, Q5_K, Q6_K:
+//    Q8_K-style blocks of 256), as llama.cpp does on the CPU: each row of x is quantised to int8
+//    per block, the dot product of each weight block is an exact integer, and the blocks' scaled
+//    sums are accumulated in one float chain per output. The exact rules are in kernels_int8.h;
+//    every code path (scalar, avx2, avx512) gives the same bits.
+// Either way M = 1 (decode) and M > 1 (prefill) agree bit for bit, and so does any [n0, n1) split.
+// work: matmul_work_floats(K) floats; may be null only when M == 1 and wt is F32, F16 or BF16
+// (decode streams the weights without scratch).
 void matmul(const float* x, int64_t M, int64_t K, const void* W, GgmlType wt, const float* bias,
             const float* res, float* out, int64_t N, int64_t n0, int64_t n1, float* work);
 
@@ -56,6 +63,10 @@ void scatter_rows(const float* src, const int32_t* idx, void* dst, GgmlType dst_
 void attention(const float* q, const void* k, GgmlType k_type, const void* v, GgmlType v_type,
                const float* mask, float* out, int64_t H, int64_t Hkv, int64_t hd, int64_t C,
                float scale, int64_t r0, int64_t r1, float* work);
+
+// How matmul treats the activations for weights of type wt (see matmul).
+enum class MatmulActivations { F32, Q8_0, Q8_K };
+MatmulActivations matmul_activations(GgmlType wt);
 
 // Per-thread scratch a matmul with this K / an attention over C rows needs, in floats.
 int64_t matmul_work_floats(int64_t K);

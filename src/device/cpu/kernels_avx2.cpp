@@ -6,6 +6,7 @@
 #include <cstring>
 
 #include "device/cpu/kernels_impl.h"
+#include "device/cpu/kernels_int8.h"
 
 namespace npullm::cpu::detail {
 namespace {
@@ -129,9 +130,175 @@ struct Avx2Ops {
   }
 };
 
+
+// ---- int8 matmul ops (kernels_int8.h): a panel is 8 weight rows, one per lane -------------------
+//
+// No VNNI: a dot step is vpmaddubsw (u8 x s8 -> pairs summed into saturating int16) then vpmaddwd
+// by ones (-> int32). The int16 pair sum cannot saturate when the unsigned weight byte is at most
+// 63 (2 * 63 * 127 < 32767), which holds for every type but Q8_0: Q8_0 keeps its signed bytes and
+// uses the sign trick instead (|w| x sign(w) * q, at most 2 * 128 * 127 = 32512).
+
+struct Avx2IO {
+  using VI = __m256i;
+  using VF = __m256;
+  static constexpr int R = 8;
+  static constexpr bool kVnni = false;
+
+  static VI zero() { return _mm256_setzero_si256(); }
+  static VI set1(int32_t v) { return _mm256_set1_epi32(v); }
+  static VI load(const int32_t* p) { return _mm256_loadu_si256(reinterpret_cast<const __m256i*>(p)); }
+  static VI bcast32(const void* p) {
+    int32_t v;
+    std::memcpy(&v, p, 4);
+    return _mm256_set1_epi32(v);
+  }
+  static VI and_(VI v, int32_t imm) { return _mm256_and_si256(v, _mm256_set1_epi32(imm)); }
+  static VI or_(VI a, VI b) { return _mm256_or_si256(a, b); }
+  static VI xor_(VI v, int32_t imm) { return _mm256_xor_si256(v, _mm256_set1_epi32(imm)); }
+  static VI add(VI a, VI b) { return _mm256_add_epi32(a, b); }
+  static VI mullo(VI a, VI b) { return _mm256_mullo_epi32(a, b); }
+  static VI srli(VI v, int n) { return _mm256_srli_epi32(v, n); }
+  static VI slli(VI v, int n) { return _mm256_slli_epi32(v, n); }
+  static VI dot_u8(VI acc, VI w, VI x) {
+    return _mm256_add_epi32(acc, _mm256_madd_epi16(_mm256_maddubs_epi16(w, x), _mm256_set1_epi16(1)));
+  }
+  static VI dot_s8(VI acc, VI w, VI x) {
+    const VI p = _mm256_maddubs_epi16(_mm256_abs_epi8(w), _mm256_sign_epi8(x, w));
+    return _mm256_add_epi32(acc, _mm256_madd_epi16(p, _mm256_set1_epi16(1)));
+  }
+  static VI madd16(VI acc, VI a, VI b) { return _mm256_add_epi32(acc, _mm256_madd_epi16(a, b)); }
+  static VI sext8(VI v, int i) { return _mm256_srai_epi32(_mm256_slli_epi32(v, 24 - 8 * i), 24); }
+  // Multiplying the nibble by 0x02040810 puts bit i at bit 8i + 4 (the four shifted copies do not
+  // overlap, so nothing carries).
+  static VI hbit4(VI h, int s) {
+    const VI nib = _mm256_and_si256(_mm256_srli_epi32(h, s), _mm256_set1_epi32(0x0F));
+    return _mm256_and_si256(_mm256_mullo_epi32(nib, _mm256_set1_epi32(0x02040810)), _mm256_set1_epi32(0x10101010));
+  }
+
+  // 16 bytes of rows 0..7 -> 4 vectors (dword g of row r in lane r of out[g]): vector i holds rows
+  // i and 4 + i in its 128-bit lanes, then a 4x4 dword transpose inside each lane.
+  static void tload4(const uint8_t* const* rows, int64_t off, VI* out) {
+    VI z[4];
+    for (int i = 0; i < 4; ++i)
+      z[i] = _mm256_inserti128_si256(
+          _mm256_castsi128_si256(_mm_loadu_si128(reinterpret_cast<const __m128i*>(rows[i] + off))),
+          _mm_loadu_si128(reinterpret_cast<const __m128i*>(rows[4 + i] + off)), 1);
+    const VI t0 = _mm256_unpacklo_epi32(z[0], z[1]), t1 = _mm256_unpackhi_epi32(z[0], z[1]);
+    const VI t2 = _mm256_unpacklo_epi32(z[2], z[3]), t3 = _mm256_unpackhi_epi32(z[2], z[3]);
+    out[0] = _mm256_unpacklo_epi64(t0, t2);
+    out[1] = _mm256_unpackhi_epi64(t0, t2);
+    out[2] = _mm256_unpacklo_epi64(t1, t3);
+    out[3] = _mm256_unpackhi_epi64(t1, t3);
+  }
+  // 32 bytes of rows 0..7 -> 8 vectors: the classic 8x8 dword transpose.
+  static void tload8(const uint8_t* const* rows, int64_t off, VI* out) {
+    VI y[8], u[8];
+    for (int i = 0; i < 8; ++i) y[i] = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(rows[i] + off));
+    for (int h = 0; h < 2; ++h) {
+      const VI* a = y + 4 * h;
+      const VI t0 = _mm256_unpacklo_epi32(a[0], a[1]), t1 = _mm256_unpackhi_epi32(a[0], a[1]);
+      const VI t2 = _mm256_unpacklo_epi32(a[2], a[3]), t3 = _mm256_unpackhi_epi32(a[2], a[3]);
+      u[4 * h + 0] = _mm256_unpacklo_epi64(t0, t2);  // lane 0: dword 0 of 4 rows; lane 1: dword 4
+      u[4 * h + 1] = _mm256_unpackhi_epi64(t0, t2);
+      u[4 * h + 2] = _mm256_unpacklo_epi64(t1, t3);
+      u[4 * h + 3] = _mm256_unpackhi_epi64(t1, t3);
+    }
+    for (int k = 0; k < 4; ++k) {
+      out[k] = _mm256_permute2x128_si256(u[k], u[k + 4], 0x20);
+      out[k + 4] = _mm256_permute2x128_si256(u[k], u[k + 4], 0x31);
+    }
+  }
+  // 8 dword loads into one vector (vmovd / vpinsrd: faster than vpgatherdd on AMD).
+  static VI gather32(const Panel<Avx2IO>& p, int64_t off) {
+    alignas(32) int32_t v[8];
+    for (int r = 0; r < 8; ++r) std::memcpy(&v[r], p.rows[r] + off, 4);
+    return _mm256_load_si256(reinterpret_cast<const __m256i*>(v));
+  }
+
+  // Low halves of the 8 lanes packed to 8 words (packus keeps them: they are below 65536).
+  static __m128i low_halves(VI v) {
+    const VI p = _mm256_packus_epi32(_mm256_and_si256(v, _mm256_set1_epi32(0xFFFF)), _mm256_setzero_si256());
+    return _mm256_castsi256_si128(_mm256_permute4x64_epi64(p, 0x08));
+  }
+  static VF f16lo(VI v) { return _mm256_cvtph_ps(low_halves(v)); }
+  static VF f16hi(VI v) { return _mm256_cvtph_ps(low_halves(_mm256_srli_epi32(v, 16))); }
+
+  static VF zerof() { return _mm256_setzero_ps(); }
+  static VF bcastf(float f) { return _mm256_set1_ps(f); }
+  static VF addf(VF a, VF b) { return _mm256_add_ps(a, b); }
+  static VF mulf(VF a, VF b) { return _mm256_mul_ps(a, b); }
+  static VF fmaf(VF a, VF b, VF c) { return _mm256_fmadd_ps(a, b, c); }
+  static VF cvt(VI v) { return _mm256_cvtepi32_ps(v); }
+  static VF loadf_n(const float* p, int n) { return _mm256_maskload_ps(p, first_lanes(n)); }
+  static void storef_n(float* p, VF v, int n) { _mm256_maskstore_ps(p, first_lanes(n), v); }
+
+  static float hmax(VF v) {
+    __m128 a = _mm_max_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
+    a = _mm_max_ps(a, _mm_movehl_ps(a, a));
+    a = _mm_max_ss(a, _mm_shuffle_ps(a, a, 1));
+    return _mm_cvtss_f32(a);
+  }
+  static int32_t hadd(VI v) {
+    __m128i a = _mm_add_epi32(_mm256_castsi256_si128(v), _mm256_extracti128_si256(v, 1));
+    a = _mm_add_epi32(a, _mm_shuffle_epi32(a, 0x4E));
+    a = _mm_add_epi32(a, _mm_shuffle_epi32(a, 0xB1));
+    return _mm_cvtsi128_si32(a);
+  }
+  static VF absf(VF v) { return _mm256_andnot_ps(_mm256_set1_ps(-0.0f), v); }
+  // 32 int32 in [-127, 127] -> 32 bytes in order (packs work per 128-bit lane; the permute undoes it).
+  static void store_i8x32(int8_t* q, VI i0, VI i1, VI i2, VI i3) {
+    const VI p = _mm256_packs_epi16(_mm256_packs_epi32(i0, i1), _mm256_packs_epi32(i2, i3));
+    _mm256_storeu_si256(reinterpret_cast<__m256i*>(q),
+                        _mm256_permutevar8x32_epi32(p, _mm256_setr_epi32(0, 4, 1, 5, 2, 6, 3, 7)));
+  }
+
+  // Activation blocks (kernels_int8.h, Numerics).
+  static void quant_block32(const float* x, int8_t* q, float* d, int32_t* s16) {
+    VF v[4];
+    VF mx = _mm256_setzero_ps();
+    for (int i = 0; i < 4; ++i) mx = _mm256_max_ps(mx, absf(v[i] = _mm256_loadu_ps(x + 8 * i)));
+    const float amax = hmax(mx);
+    const float id = amax != 0.0f ? 127.0f / amax : 0.0f;
+    VI iv[4];
+    for (int i = 0; i < 4; ++i) iv[i] = _mm256_cvtps_epi32(_mm256_mul_ps(v[i], _mm256_set1_ps(id)));
+    store_i8x32(q, iv[0], iv[1], iv[2], iv[3]);
+    s16[0] = hadd(_mm256_add_epi32(iv[0], iv[1]));
+    s16[1] = hadd(_mm256_add_epi32(iv[2], iv[3]));
+    *d = _cvtsh_ss(_cvtss_sh(amax / 127.0f, _MM_FROUND_TO_NEAREST_INT));
+  }
+  static void quant_block256(const float* x, int8_t* q, float* d, int32_t* s16) {
+    VF mx = _mm256_setzero_ps();
+    for (int i = 0; i < 32; ++i) mx = _mm256_max_ps(mx, absf(_mm256_loadu_ps(x + 8 * i)));
+    const float amax = hmax(mx);
+    if (amax == 0.0f) {
+      std::memset(q, 0, 256);
+      for (int i = 0; i < 16; ++i) s16[i] = 0;
+      *d = 0.0f;
+      return;
+    }
+    const float id = 127.0f / amax;
+    const VF vid = _mm256_set1_ps(id);
+    for (int b = 0; b < 8; ++b) {  // 32 values at a time
+      VI iv[4];
+      for (int i = 0; i < 4; ++i) {
+        const VI v = _mm256_cvtps_epi32(_mm256_mul_ps(_mm256_loadu_ps(x + 32 * b + 8 * i), vid));
+        iv[i] = _mm256_min_epi32(_mm256_max_epi32(v, _mm256_set1_epi32(-127)), _mm256_set1_epi32(127));
+      }
+      store_i8x32(q + 32 * b, iv[0], iv[1], iv[2], iv[3]);
+      s16[2 * b] = hadd(_mm256_add_epi32(iv[0], iv[1]));
+      s16[2 * b + 1] = hadd(_mm256_add_epi32(iv[2], iv[3]));
+    }
+    *d = 1.0f / id;
+  }
+};
+
 void avx2_matmul(const float* x, int64_t M, int64_t K, const void* W, GgmlType wt, size_t row_bytes,
                  const float* bias, const float* res, float* out, int64_t N, int64_t n0, int64_t n1,
                  float* work) {
+  if (int8_supported(wt)) {
+    int8_matmul<Avx2IO>(x, M, K, W, wt, row_bytes, bias, res, out, N, n0, n1, work);
+    return;
+  }
   matmul_impl<Avx2Ops>(x, M, K, W, wt, row_bytes, bias, res, out, N, n0, n1, work);
 }
 void avx2_attention(const float* q, const void* k, GgmlType k_type, const void* v, GgmlType v_type,

@@ -1,8 +1,7 @@
-// AVX-512 code path (W = 16 lanes), using F, BW (16-bit masked loads), VL and DQ, plus FMA/F16C.
-// The build also passes VNNI/BF16 flags for later int8 / bf16 kernels; nothing here uses them, and
-// kernels.cpp checks F/BW/VL/DQ (and AVX2/FMA/F16C) before entering. See kernels_impl.h for the
-// linkage rule (nothing here may have external linkage except avx512_kernels) and the summation
-// order.
+// AVX-512 code path (W = 16 lanes), using F, BW (16-bit masked loads), VL and DQ, plus FMA/F16C,
+// and VNNI (vpdpbusd / vpdpwssd) for the int8 matmul of kernels_int8.h. kernels.cpp checks
+// F/BW/VL/DQ/VNNI (and AVX2/FMA/F16C) before entering. See kernels_impl.h for the linkage rule
+// (nothing here may have external linkage except avx512_kernels) and the summation order.
 // GCC 12's avx512fintrin.h initialises its "undefined" vectors from themselves, which trips
 // -W(maybe-)uninitialized wherever the conversions are inlined: a false positive in the header.
 #if defined(__GNUC__) && !defined(__clang__)
@@ -14,6 +13,7 @@
 #include <cstring>
 
 #include "device/cpu/kernels_impl.h"
+#include "device/cpu/kernels_int8.h"
 
 namespace npullm::cpu::detail {
 namespace {
@@ -121,9 +121,148 @@ struct Avx512Ops {
   }
 };
 
+
+// ---- int8 matmul ops (kernels_int8.h): a panel is 16 weight rows, one per lane -----------------
+
+struct Avx512IO {
+  using VI = __m512i;
+  using VF = __m512;
+  static constexpr int R = 16;
+  static constexpr bool kVnni = true;
+
+  static VI zero() { return _mm512_setzero_si512(); }
+  static VI set1(int32_t v) { return _mm512_set1_epi32(v); }
+  static VI load(const int32_t* p) { return _mm512_loadu_si512(p); }
+  static VI bcast32(const void* p) {
+    int32_t v;
+    std::memcpy(&v, p, 4);
+    return _mm512_set1_epi32(v);
+  }
+  static VI and_(VI v, int32_t imm) { return _mm512_and_si512(v, _mm512_set1_epi32(imm)); }
+  static VI or_(VI a, VI b) { return _mm512_or_si512(a, b); }
+  static VI xor_(VI v, int32_t imm) { return _mm512_xor_si512(v, _mm512_set1_epi32(imm)); }
+  static VI add(VI a, VI b) { return _mm512_add_epi32(a, b); }
+  static VI mullo(VI a, VI b) { return _mm512_mullo_epi32(a, b); }
+  static VI srli(VI v, int n) { return _mm512_srli_epi32(v, static_cast<unsigned>(n)); }
+  static VI slli(VI v, int n) { return _mm512_slli_epi32(v, static_cast<unsigned>(n)); }
+  static VI dot_u8(VI acc, VI w, VI x) { return _mm512_dpbusd_epi32(acc, w, x); }
+  static VI madd16(VI acc, VI a, VI b) { return _mm512_dpwssd_epi32(acc, a, b); }
+  static VI sext8(VI v, int i) { return _mm512_srai_epi32(_mm512_slli_epi32(v, static_cast<unsigned>(24 - 8 * i)), 24); }
+  // Bits s..s+3 of each lane pick one of 16 dwords that have 0x10 in byte i where bit i is set.
+  static VI hbit4(VI h, int s) {
+    const VI table = _mm512_setr_epi32(0x00000000, 0x00000010, 0x00001000, 0x00001010, 0x00100000, 0x00100010,
+                                       0x00101000, 0x00101010, 0x10000000, 0x10000010, 0x10001000, 0x10001010,
+                                       0x10100000, 0x10100010, 0x10101000, 0x10101010);
+    return _mm512_permutexvar_epi32(srli(h, s), table);
+  }
+
+  // 16 bytes of rows 0..15 -> 4 vectors, dword g of row r in lane r of out[g]. Vector i holds
+  // rows i, 4 + i, 8 + i, 12 + i in its four 128-bit lanes; a 4x4 dword transpose inside each
+  // 128-bit lane then puts row 4p + i in lane 4p + i.
+  static void tload4(const uint8_t* const* rows, int64_t off, VI* out) {
+    VI z[4];
+    for (int i = 0; i < 4; ++i) {
+      __m512i v = _mm512_castsi128_si512(_mm_loadu_si128(reinterpret_cast<const __m128i*>(rows[i] + off)));
+      v = _mm512_inserti32x4(v, _mm_loadu_si128(reinterpret_cast<const __m128i*>(rows[4 + i] + off)), 1);
+      v = _mm512_inserti32x4(v, _mm_loadu_si128(reinterpret_cast<const __m128i*>(rows[8 + i] + off)), 2);
+      z[i] = _mm512_inserti32x4(v, _mm_loadu_si128(reinterpret_cast<const __m128i*>(rows[12 + i] + off)), 3);
+    }
+    const VI t0 = _mm512_unpacklo_epi32(z[0], z[1]), t1 = _mm512_unpackhi_epi32(z[0], z[1]);
+    const VI t2 = _mm512_unpacklo_epi32(z[2], z[3]), t3 = _mm512_unpackhi_epi32(z[2], z[3]);
+    out[0] = _mm512_unpacklo_epi64(t0, t2);
+    out[1] = _mm512_unpackhi_epi64(t0, t2);
+    out[2] = _mm512_unpacklo_epi64(t1, t3);
+    out[3] = _mm512_unpackhi_epi64(t1, t3);
+  }
+  // 32 bytes of rows 0..15 -> 8 vectors. Vector i holds rows i (low 256 bits) and 8 + i (high);
+  // an 8x8 dword transpose inside each 256-bit half (two unpack stages, then 128-bit lane moves).
+  static void tload8(const uint8_t* const* rows, int64_t off, VI* out) {
+    VI y[8];
+    for (int i = 0; i < 8; ++i) {
+      const __m512i v = _mm512_castsi256_si512(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(rows[i] + off)));
+      y[i] = _mm512_inserti64x4(v, _mm256_loadu_si256(reinterpret_cast<const __m256i*>(rows[8 + i] + off)), 1);
+    }
+    VI u[8];
+    for (int h = 0; h < 2; ++h) {  // rows 0..3, then 4..7 (of each half)
+      const VI* a = y + 4 * h;
+      const VI t0 = _mm512_unpacklo_epi32(a[0], a[1]), t1 = _mm512_unpackhi_epi32(a[0], a[1]);
+      const VI t2 = _mm512_unpacklo_epi32(a[2], a[3]), t3 = _mm512_unpackhi_epi32(a[2], a[3]);
+      u[4 * h + 0] = _mm512_unpacklo_epi64(t0, t2);  // 128-bit lane 0: dword 0 of 4 rows; lane 1: dword 4
+      u[4 * h + 1] = _mm512_unpackhi_epi64(t0, t2);  // dwords 1 / 5
+      u[4 * h + 2] = _mm512_unpacklo_epi64(t1, t3);  // dwords 2 / 6
+      u[4 * h + 3] = _mm512_unpackhi_epi64(t1, t3);  // dwords 3 / 7
+    }
+    for (int k = 0; k < 4; ++k) {
+      // dword k: lanes (0, 2) of u[k] stay, lanes (1, 3) come from lanes (0, 2) of u[k + 4].
+      out[k] = _mm512_mask_shuffle_i32x4(u[k], 0xF0F0, u[k + 4], u[k + 4], _MM_SHUFFLE(2, 2, 0, 0));
+      // dword k + 4: lanes (1, 3) of u[k + 4] stay, lanes (0, 2) come from lanes (1, 3) of u[k].
+      out[k + 4] = _mm512_mask_shuffle_i32x4(u[k + 4], 0x0F0F, u[k], u[k], _MM_SHUFFLE(3, 3, 1, 1));
+    }
+  }
+  // 16 dword loads into one vector. Written as scalar loads into an array: GCC turns this into
+  // vmovd / vpinsrd chains, which measured faster than vpgatherdd (slow on AMD) and than a
+  // store-then-load through memory (store forwarding fails).
+  static VI gather32(const Panel<Avx512IO>& p, int64_t off) {
+    alignas(64) int32_t v[16];
+    for (int r = 0; r < 16; ++r) std::memcpy(&v[r], p.rows[r] + off, 4);
+    return _mm512_load_si512(v);
+  }
+
+  static VF f16lo(VI v) { return _mm512_cvtph_ps(_mm512_cvtepi32_epi16(v)); }
+  static VF f16hi(VI v) { return _mm512_cvtph_ps(_mm512_cvtepi32_epi16(_mm512_srli_epi32(v, 16))); }
+
+  static VF zerof() { return _mm512_setzero_ps(); }
+  static VF bcastf(float f) { return _mm512_set1_ps(f); }
+  static VF addf(VF a, VF b) { return _mm512_add_ps(a, b); }
+  static VF mulf(VF a, VF b) { return _mm512_mul_ps(a, b); }
+  static VF fmaf(VF a, VF b, VF c) { return _mm512_fmadd_ps(a, b, c); }
+  static VF cvt(VI v) { return _mm512_cvtepi32_ps(v); }
+  static VF loadf_n(const float* p, int n) { return _mm512_maskz_loadu_ps(first_lanes(n), p); }
+  static void storef_n(float* p, VF v, int n) { _mm512_mask_storeu_ps(p, first_lanes(n), v); }
+
+  // Activation blocks (kernels_int8.h, Numerics). cvtps_epi32 rounds to nearest even (MXCSR
+  // default), as nearbyint does in the scalar path.
+  static void quant_block32(const float* x, int8_t* q, float* d, int32_t* s16) {
+    const VF v0 = _mm512_loadu_ps(x), v1 = _mm512_loadu_ps(x + 16);
+    const float amax = _mm512_reduce_max_ps(_mm512_max_ps(_mm512_abs_ps(v0), _mm512_abs_ps(v1)));
+    const float id = amax != 0.0f ? 127.0f / amax : 0.0f;
+    const VI i0 = _mm512_cvtps_epi32(_mm512_mul_ps(v0, _mm512_set1_ps(id)));
+    const VI i1 = _mm512_cvtps_epi32(_mm512_mul_ps(v1, _mm512_set1_ps(id)));
+    _mm_storeu_si128(reinterpret_cast<__m128i*>(q), _mm512_cvtsepi32_epi8(i0));
+    _mm_storeu_si128(reinterpret_cast<__m128i*>(q + 16), _mm512_cvtsepi32_epi8(i1));
+    s16[0] = _mm512_reduce_add_epi32(i0);
+    s16[1] = _mm512_reduce_add_epi32(i1);
+    *d = _cvtsh_ss(_cvtss_sh(amax / 127.0f, _MM_FROUND_TO_NEAREST_INT));
+  }
+  static void quant_block256(const float* x, int8_t* q, float* d, int32_t* s16) {
+    VF mx = _mm512_setzero_ps();
+    for (int i = 0; i < 16; ++i) mx = _mm512_max_ps(mx, _mm512_abs_ps(_mm512_loadu_ps(x + 16 * i)));
+    const float amax = _mm512_reduce_max_ps(mx);
+    if (amax == 0.0f) {
+      std::memset(q, 0, 256);
+      for (int i = 0; i < 16; ++i) s16[i] = 0;
+      *d = 0.0f;
+      return;
+    }
+    const float id = 127.0f / amax;
+    const VF vid = _mm512_set1_ps(id);
+    for (int i = 0; i < 16; ++i) {
+      VI v = _mm512_cvtps_epi32(_mm512_mul_ps(_mm512_loadu_ps(x + 16 * i), vid));
+      v = _mm512_min_epi32(_mm512_max_epi32(v, _mm512_set1_epi32(-127)), _mm512_set1_epi32(127));
+      _mm_storeu_si128(reinterpret_cast<__m128i*>(q + 16 * i), _mm512_cvtepi32_epi8(v));
+      s16[i] = _mm512_reduce_add_epi32(v);
+    }
+    *d = 1.0f / id;
+  }
+};
+
 void avx512_matmul(const float* x, int64_t M, int64_t K, const void* W, GgmlType wt, size_t row_bytes,
                    const float* bias, const float* res, float* out, int64_t N, int64_t n0, int64_t n1,
                    float* work) {
+  if (int8_supported(wt)) {
+    int8_matmul<Avx512IO>(x, M, K, W, wt, row_bytes, bias, res, out, N, n0, n1, work);
+    return;
+  }
   matmul_impl<Avx512Ops>(x, M, K, W, wt, row_bytes, bias, res, out, N, n0, n1, work);
 }
 void avx512_attention(const float* q, const void* k, GgmlType k_type, const void* v, GgmlType v_type,

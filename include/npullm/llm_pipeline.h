@@ -1,0 +1,133 @@
+// npullm's public C++ API: text in, text out, over ahead-of-time compiled static-shape blobs.
+//
+//   npullm::LLMPipeline pipe("model.gguf");
+//   npullm::GenerationConfig g;
+//   g.max_new_tokens = 64;
+//   auto r = pipe.generate("Once upon a time", g, [](std::string_view piece) {
+//     std::cout << piece << std::flush;
+//     return true;  // false cancels
+//   });
+//
+// Chat: start_chat(system) makes generate() take user turns. Each turn renders the model's chat
+// template for the new messages only and prefills just those tokens on top of the K/V state the
+// previous turns left, so a turn costs its own tokens, not the whole history. When history +
+// prompt + reply would not fit in the largest K/V capacity, the context policy decides:
+//   Truncate  drop the oldest whole turns (the system message stays) and re-prefill, as the NPU
+//             stack does, but automatically;
+//   Shift     keep the first n_keep tokens, drop the oldest block after them and move the rest
+//             down, re-rotating the moved keys: no re-prefill.
+// A single prompt longer than the capacity is cut (with a warning) rather than refused.
+//
+// Threading: one LLMPipeline serves one conversation; calls must not overlap.
+#pragma once
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <string>
+#include <string_view>
+#include <vector>
+
+namespace npullm {
+
+enum class ContextPolicy { Truncate, Shift };
+
+struct PipelineConfig {
+  int64_t prefill_chunk = 64;               // tokens per prefill blob run
+  std::vector<int64_t> variants;            // generate-variant K/V capacities; empty = defaults
+  int64_t max_prompt_len = 1024;            // defaults: capacities up to min(max_prompt_len +
+  int64_t min_response_len = 128;           //   min_response_len, the model's context length)
+  int threads = 0;                          // 0 = all hardware threads
+  std::string cache_dir;                    // blob cache; empty = the default folder
+  bool use_cache = true;
+  ContextPolicy context_policy = ContextPolicy::Shift;
+  int64_t n_keep = -1;                      // Shift: tokens kept at the start; -1 = BOS + system prompt
+  std::string chat_template;                // name of a built-in template, a file, or Jinja source;
+                                            //   empty = the model's own
+};
+
+struct GenerationConfig {
+  int64_t max_new_tokens = 256;
+  float temperature = 0.0f;                 // 0 = greedy
+  int32_t top_k = 0;                        // 0 = off
+  float top_p = 1.0f;                       // 1 = off
+  float min_p = 0.0f;                       // 0 = off
+  float typical_p = 1.0f;                   // 1 = off
+  float repetition_penalty = 1.0f;          // 1 = off
+  float presence_penalty = 0.0f;
+  float frequency_penalty = 0.0f;
+  int32_t penalty_last_n = 64;              // look-back window of the penalties
+  uint64_t seed = 0;
+  std::vector<std::string> stop_strings;    // output ends before the first one (not printed)
+  std::vector<int32_t> stop_token_ids;      // besides EOS
+  bool ignore_eos = false;
+};
+
+enum class FinishReason { Eos, StopToken, StopString, Length, Cancelled };
+const char* finish_reason_name(FinishReason r);
+
+struct GenerationMetrics {
+  double ttft_ms = 0;                       // call start to first token sampled
+  int64_t prefill_tokens = 0;               // tokens prefilled by this call (re-prefills included)
+  int64_t generated_tokens = 0;
+  double prefill_tps = 0, decode_tps = 0;
+  std::vector<int64_t> variants_used;       // capacities of the generate variants that ran
+  double kv_utilization = 0;                // K/V rows in use / largest capacity, at the end
+  int64_t padded_positions = 0;             // padding computed by prefill chunks
+  int64_t kv_bytes_copied = 0;              // K/V bytes moved (context shifts only)
+  int64_t context_shifts = 0;
+  int64_t reprefills = 0;                   // times the history was prefilled again
+  int64_t prefill_chunks = 0;
+  int64_t compiled_blobs = 0, cached_blobs = 0;  // at load (the same for every call)
+};
+
+struct GenerationResult {
+  std::string text;                         // generated text (stop string excluded)
+  std::vector<int32_t> ids;                 // generated ids (EOS / stop token excluded)
+  std::vector<int32_t> prompt_ids;          // ids this call prefilled as its prompt
+  std::vector<int32_t> context_ids;         // the whole sequence generation started from
+  FinishReason finish = FinishReason::Length;
+  GenerationMetrics metrics;
+};
+
+// Receives UTF-8-complete pieces of text as they are generated; return false to cancel.
+using Streamer = std::function<bool(std::string_view piece)>;
+
+struct ChatMessage {
+  std::string role;                         // "system", "user", "assistant"
+  std::string content;
+};
+
+class LLMPipeline {
+ public:
+  explicit LLMPipeline(const std::string& model_path, const PipelineConfig& cfg = {});
+  ~LLMPipeline();
+  LLMPipeline(const LLMPipeline&) = delete;
+  LLMPipeline& operator=(const LLMPipeline&) = delete;
+
+  // Outside a chat: generates a continuation of `prompt` (BOS added when the model wants it),
+  // from an empty state. In a chat: `prompt` is the next user message.
+  GenerationResult generate(const std::string& prompt, const GenerationConfig& cfg = {}, const Streamer& streamer = {});
+  // Generates from exactly these token ids, from an empty state, in one prefill (no template).
+  GenerationResult generate_ids(const std::vector<int32_t>& ids, const GenerationConfig& cfg = {}, const Streamer& streamer = {});
+
+  void start_chat(const std::string& system_message = "");
+  void finish_chat();
+  bool in_chat() const;
+  const std::vector<ChatMessage>& history() const;
+  // Replaces the conversation (e.g. loaded from a file); its tokens are prefilled on the next turn.
+  void set_history(const std::vector<ChatMessage>& messages);
+  // The token sequence of the conversation so far (in the K/V state or about to be).
+  std::vector<int32_t> conversation_ids() const;
+
+  std::vector<int32_t> tokenize(const std::string& text, bool add_bos = false, bool parse_special = false) const;
+  std::string detokenize(const std::vector<int32_t>& ids) const;
+  int64_t capacity() const;                 // largest K/V capacity (rows)
+  int64_t kv_position() const;              // rows in use
+  std::string description() const;         // model, architecture, device, threads
+
+ private:
+  struct Impl;
+  std::unique_ptr<Impl> impl_;
+};
+
+}  // namespace npullm

@@ -1,0 +1,52 @@
+#include "cli/commands.h"
+#include "common/error.h"
+
+namespace npullm::cli {
+
+void GenerateOptions::add_to(CLI::App* cmd) {
+  rt.add_to(cmd);
+  cmd->add_option("-n,--n-predict", gen.max_new_tokens, "maximum number of tokens to generate")->capture_default_str();
+  cmd->add_option("--temp", gen.temperature, "sampling temperature; 0 = greedy")->capture_default_str();
+  cmd->add_option("--top-k", gen.top_k, "keep only the k most likely tokens (0 = off)")->capture_default_str();
+  cmd->add_option("--top-p", gen.top_p, "keep the smallest set of tokens whose probability reaches p (1 = off)")->capture_default_str();
+  cmd->add_option("--min-p", gen.min_p, "drop tokens less likely than min-p times the most likely (0 = off)")->capture_default_str();
+  cmd->add_option("--typical-p", gen.typical_p, "locally typical sampling mass (1 = off)")->capture_default_str();
+  cmd->add_option("--repeat-penalty", gen.repetition_penalty, "penalise recently seen tokens (1 = off)")->capture_default_str();
+  cmd->add_option("--presence-penalty", gen.presence_penalty, "subtract from the logit of every recently seen token")->capture_default_str();
+  cmd->add_option("--frequency-penalty", gen.frequency_penalty, "subtract per occurrence of a recently seen token")->capture_default_str();
+  cmd->add_option("--repeat-last-n", gen.penalty_last_n, "how many recent tokens the penalties look at")->capture_default_str();
+  cmd->add_option("--seed", gen.seed, "random seed for sampling")->capture_default_str();
+  cmd->add_option("--stop", gen.stop_strings, "stop before this text (repeatable); it is not printed");
+  cmd->add_flag("--ignore-eos", gen.ignore_eos, "keep generating after the end-of-sequence token");
+  cmd->add_option("--context-policy", policy, "when the K/V state is full: truncate (drop oldest turns, re-prefill) or shift (drop the oldest block, no re-prefill)")
+      ->check(CLI::IsMember({"truncate", "shift"}))
+      ->capture_default_str();
+  cmd->add_option("--keep", keep, "tokens a context shift keeps at the start (-1 = BOS + system prompt)")->capture_default_str();
+  cmd->add_option("--chat-template", chat_template, "chat template: a built-in name (llama2, llama3, chatml, mistral, zephyr, phi3, ...), a file, or Jinja source; default: the model's own");
+}
+
+PipelineConfig GenerateOptions::pipeline_config() const {
+  const npuw::RuntimeConfig r = rt.resolve();
+  PipelineConfig p;
+  p.prefill_chunk = r.prefill_chunk;
+  p.variants = r.variants;
+  p.max_prompt_len = r.max_prompt_len;
+  p.min_response_len = r.min_response_len;
+  p.threads = r.threads;
+  p.cache_dir = r.cache_dir;
+  p.use_cache = r.use_cache;
+  p.context_policy = policy == "truncate" ? ContextPolicy::Truncate : ContextPolicy::Shift;
+  p.n_keep = keep;
+  p.chat_template = chat_template;
+  return p;
+}
+
+nlohmann::json metrics_json(const GenerationMetrics& m) {
+  return {{"ttft_ms", m.ttft_ms}, {"prefill_tokens", m.prefill_tokens}, {"generated_tokens", m.generated_tokens},
+          {"prefill_tps", m.prefill_tps}, {"decode_tps", m.decode_tps}, {"variants_used", m.variants_used},
+          {"kv_utilization", m.kv_utilization}, {"padded_positions", m.padded_positions},
+          {"kv_bytes_copied", m.kv_bytes_copied}, {"context_shifts", m.context_shifts}, {"reprefills", m.reprefills},
+          {"prefill_chunks", m.prefill_chunks}, {"compiled_blobs", m.compiled_blobs}, {"cached_blobs", m.cached_blobs}};
+}
+
+}  // namespace npullm::cli

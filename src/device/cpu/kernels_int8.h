@@ -1,0 +1,609 @@
+// Internal to the CPU kernels: matmul with int8 activations for the block-quantised weight types
+// Q4_0, Q4_1, Q5_0, Q5_1, Q8_0 (activations quantised like Q8_0: 32 values per scale) and Q4_K,
+// Q5_K, Q6_K (activations quantised like Q8_K: 256 values per scale). This is the arithmetic
+// llama.cpp uses on the CPU (golden/README.md, section 4), done with integer dot products:
+// AVX-512 VNNI (vpdpbusd), AVX2 (vpmaddubsw + vpmaddwd) or plain C++ (kernels.cpp).
+//
+// Included by kernels.cpp and the ISA files only, after kernels_impl.h; everything is in an
+// anonymous namespace (see the linkage rule in kernels_impl.h). Each file instantiates the
+// templates below with its own integer-ops class `IO` (interface described before Panel).
+//
+// ---- Numerics (the same bits on every ISA path, for every M and every [n0, n1) split) ---------
+//
+// Activations. Row m of x is quantised once per matmul call (per chunk of kChunkRows rows):
+//   Q8_0-style, per 32 values x[0..31]:  amax = max |x|, d = amax / 127, id = amax ? 127 / amax : 0,
+//     q = round_half_even(x * id) (int8), dx = fp16(d) widened back to float (d is stored as a half,
+//     as in ggml's block_q8_0).
+//   Q8_K-style, per 256 values:          amax = max |x|; amax == 0 gives d = 0, q = 0; otherwise
+//     id = 127 / amax, q = round_half_even(x * id) clamped to [-127, 127], dx = 1 / id (a float).
+//   ggml's Q8_K takes iscale = -127 / max with the sign of the largest element; that flips the sign
+//   of q and of d together, so every product d * q, and every dot below, is the same.
+// Weights. Each weight block gives integer quants w and its fp16 scales, exactly as stored.
+// Output. out[m, n] = (acc + bias[n]) + res[m, n] with acc a float chain over the weight blocks b
+// of row n in increasing order, starting at +0:
+//   Q4_0, Q5_0, Q8_0:  I = sum_k w_k q_k (exact int),       acc = fma(float(I), dx * dw, acc)
+//   Q4_1, Q5_1:        as above with unsigned w, then        acc = fma(mw, dx * float(sum_k q_k), acc)
+//   Q4_K, Q5_K:        Isc = sum_j sc_j I_j, Imn = sum_j mn_j (sum of q over sub-block j),
+//                      acc = fma(float(Isc), dx * d, acc); acc = fma(float(-Imn), dx * dmin, acc)
+//   Q6_K:              Isc = sum_j sc_j I_j over the 16 sub-blocks of 16 (w in [-32, 31]),
+//                      acc = fma(float(Isc), dx * d, acc)
+// Every integer above is exact (no intermediate leaves int32: the largest, Q6_K's Isc, is below
+// 16 * 16 * 32 * 127 * 127 < 2^31), float(I) rounds to nearest even, and mul / fma / add are IEEE
+// single precision, so the vector paths, the scalar path and any [n0, n1) split produce the same
+// bits. The integer sums are computed with different tricks per ISA (below); the results agree.
+//
+// ---- Vector layout ---------------------------------------------------------------------------
+//
+// A panel is IO::R consecutive weight rows (16 for AVX-512, 8 for AVX2, 1 for scalar); lane r of
+// every vector belongs to row r. A block of the panel is decoded ("transposed") into 8 int vectors
+// G_0..G_7 per 32 elements: byte i of lane r of G_g is the quant of element 4g + i of row r, as an
+// unsigned byte w + off (off = 8 for Q4_0, 16 for Q5_0, 128 for Q8_0 on VNNI, 32 for Q6_K, 0 for
+// the rest). A dot product step is then IO::dot(acc, G_g, broadcast of x's 4 bytes 4g..4g+3):
+// lane r adds sum_i G_g[r][i] * q[4g+i]. The offset's contribution, -off * sum(q), is the value
+// the int accumulator starts from (precomputed per x block by the quantiser), so after the 8 steps
+// lane r holds exactly I for row r. One float step per block then updates R outputs at once: the
+// per-block float work is shared by the R rows, which is what makes int8 beat F32 here.
+//
+// Decode (M <= kGemvMaxM): each block of a panel is decoded and consumed at once by the 1..4 rows
+// of x; the weights are read once, in order, R rows in parallel.
+// Prefill (M > kGemvMaxM): all blocks of kPanels panels are decoded into `work` once per chunk of
+// x rows and then reused by every row of x, in register tiles of TM rows of x by kPanels panels.
+#pragma once
+#include <cstddef>
+#include <cstdint>
+#include <cstring>
+
+#include "formats/ggml_types.h"
+
+namespace npullm::cpu::detail {
+namespace {
+
+#define NPULLM_UNROLL_I8 _Pragma("GCC unroll 16")
+
+// ---- which types, which activation format --------------------------------------------------------
+
+enum class ActFormat { None, Q8_0, Q8_K };
+
+constexpr ActFormat act_format(GgmlType t) {
+  switch (t) {
+    case GgmlType::Q4_0: case GgmlType::Q4_1: case GgmlType::Q5_0: case GgmlType::Q5_1: case GgmlType::Q8_0:
+      return ActFormat::Q8_0;
+    case GgmlType::Q4_K: case GgmlType::Q5_K: case GgmlType::Q6_K:
+      return ActFormat::Q8_K;
+    default:
+      return ActFormat::None;
+  }
+}
+
+constexpr bool int8_supported(GgmlType t) { return act_format(t) != ActFormat::None; }
+
+// Rows of x quantised at a time; their quants, scales and sums live in `work`.
+constexpr int64_t kChunkRows = 64;
+// M up to this runs the decode (GEMV) loop; larger M the blocked prefill loop.
+constexpr int64_t kGemvMaxM = 4;
+// Panels decoded side by side for prefill.
+constexpr int kPanels = 2;
+// Largest number of vectors a decoded unit takes (Q6_K: 64 quants + 16 scales + d).
+constexpr int kMaxUnitVecs = 81;
+
+constexpr int64_t align64(int64_t b) { return (b + 63) / 64 * 64; }
+
+// Elements per weight block ("unit") and vectors per decoded unit.
+constexpr int64_t unit_elems(GgmlType t) { return act_format(t) == ActFormat::Q8_K ? 256 : 32; }
+constexpr int unit_vecs(GgmlType t) {
+  switch (t) {
+    case GgmlType::Q4_1: case GgmlType::Q5_1: return 10;  // G[8], dw, mw
+    case GgmlType::Q4_K: case GgmlType::Q5_K: return 78;  // G[64], sc[8], mn pairs[4], d, dmin
+    case GgmlType::Q6_K: return 81;                       // G[64], sc[16], d
+    default: return 9;                                    // G[8], dw
+  }
+}
+
+// Quantised activations of a chunk of rows, in `work`.
+struct XQ {
+  int8_t* q = nullptr;   // q[m * ldq + k]
+  float* d = nullptr;    // d[m * ldd + b]: one per 32 (Q8_0-style) or 256 (Q8_K-style) values
+  int32_t* c = nullptr;  // per-type integer terms, c[m * ldc + i]: see quantize_chunk
+  float* s = nullptr;    // Q4_1 / Q5_1: s[m * ldd + b] = dx * float(sum of the block's q)
+  int64_t ldq = 0, ldd = 0, ldc = 0;
+};
+
+// Bytes of `work` the int8 path needs for K (for any IO with at most 16 lanes of 4 bytes).
+constexpr int64_t int8_work_bytes(int64_t K) {
+  const int64_t ldq = align64(K), nb = K / 32 + 1;
+  const int64_t xq = kChunkRows * (ldq + align64(4 * nb) * 2 + align64(4 * (K / 16 + 1)));
+  const int64_t panel = align64(nb * 11 * 64);  // >= every type's vectors per 32 elements, 64 B each
+  return xq + kPanels * panel + 4 * 64;
+}
+
+// ---- the integer-ops interface ------------------------------------------------------------------
+//
+// IO provides (VI: R lanes of int32 / 4 bytes; VF: R lanes of float):
+//   R, kVnni (dot_u8 takes bytes up to 255; false: only up to 127, see the AVX2 file)
+//   zero(), set1(int32), load(p), store(p, v), bcast32(p) (4 bytes at p in every lane)
+//   and_(v, imm), or_(a, b), xor_(v, imm), add(a, b), mullo(a, b), srli(v, n), slli(v, n)
+//   dot_u8(acc, w, x):  acc + sum_i u8(w.byte i) * s8(x.byte i) per lane
+//   dot_s8(acc, w, x):  acc + sum_i s8(w.byte i) * s8(x.byte i) per lane (x in [-127, 127])
+//   madd16(acc, a, b):  acc + s16(a.lo) * s16(b.lo) + s16(a.hi) * s16(b.hi) per lane
+//   hbit4(h, s):        byte i of each lane = 0x10 if bit s + i of h's lane is set, else 0
+//   sext8(v, i):        byte i of each lane, sign-extended
+//   tload4 / tload8(rows, off, out): the 16 / 32 bytes at rows[r] + off of each row r, as 4 / 8
+//                       vectors with dword g of row r in lane r of out[g]
+//   gather32(p, off):   lane r = the 4 bytes at p.rows[r] + off
+//   f16lo(v) / f16hi(v): the low / high half of each lane as an fp16, widened
+//   zerof(), bcastf(f), loadf(p), storef(p, v), addf, mulf, fmaf (fused), cvt(v) (int32 -> float)
+//   loadf_n(p, n) / storef_n(p, v, n): the first n lanes (others 0 / untouched)
+
+// R consecutive rows of W starting at n; rows past the matrix repeat the last one (their lanes
+// are computed and never stored), so every load stays inside W.
+template <class IO>
+struct Panel {
+  const uint8_t* rows[IO::R];
+  typename IO::VI idx;  // lane r: rows[r] - rows[0], for gathers
+  int valid;            // rows that exist (1..R)
+};
+
+template <class IO>
+inline void make_panel(const uint8_t* W, size_t row_bytes, int64_t n, int64_t n_end, Panel<IO>& p) {
+  const int64_t left = n_end - n;
+  p.valid = static_cast<int>(left < IO::R ? left : IO::R);
+  int32_t off[IO::R];
+  for (int r = 0; r < IO::R; ++r) {
+    const int64_t rr = r < p.valid ? r : p.valid - 1;
+    p.rows[r] = W + (n + rr) * row_bytes;
+    off[r] = static_cast<int32_t>(rr * static_cast<int64_t>(row_bytes));
+  }
+  p.idx = IO::load(off);
+}
+
+// ---- per-type decoders: one unit of a panel -> vectors in `dec` ---------------------------------
+//
+// dec layout (vectors of IO::VI / IO::VF, in this order):
+//   simple types: G[0..7], dw (VF) [, mw (VF) for Q4_1 / Q5_1]
+//   Q4_K / Q5_K:  G[8j + g] for sub-block j, sc[j] (int32), mn pairs MP[i] = mn_2i | mn_2i+1 << 16,
+//                 d (VF), dmin (VF)
+//   Q6_K:         G[4j + g] for sub-block j of 16, sc[j] (int32, signed), d (VF)
+
+template <class IO, GgmlType T>
+inline void decode_unit(const Panel<IO>& p, int64_t u, typename IO::VI* dec) {
+  using VI = typename IO::VI;
+  using VF = typename IO::VF;
+  VF* decf = reinterpret_cast<VF*>(dec);
+  constexpr int64_t tsz = T == GgmlType::Q4_0 ? 18 : T == GgmlType::Q4_1 ? 20 : T == GgmlType::Q5_0 ? 22
+                        : T == GgmlType::Q5_1 ? 24 : T == GgmlType::Q8_0 ? 34 : T == GgmlType::Q4_K ? 144
+                        : T == GgmlType::Q5_K ? 176 : 210;
+  const int64_t o = u * tsz;  // byte offset of the block in its row
+  if constexpr (T == GgmlType::Q4_0 || T == GgmlType::Q4_1 || T == GgmlType::Q5_0 || T == GgmlType::Q5_1) {
+    // Nibble types: byte j of qs holds element j (low nibble) and j + 16 (high nibble), so dword g
+    // of qs gives G_g (low nibbles) and G_{g+4} (high nibbles).
+    constexpr int64_t qs = T == GgmlType::Q4_0 ? 2 : T == GgmlType::Q4_1 ? 4 : T == GgmlType::Q5_0 ? 6 : 8;
+    VI t[4];
+    IO::tload4(p.rows, o + qs, t);
+    const VI dm = IO::gather32(p, o);  // d (low half) and, for Q4_1 / Q5_1, m (high half)
+    NPULLM_UNROLL_I8
+    for (int g = 0; g < 4; ++g) {
+      dec[g] = IO::and_(t[g], 0x0F0F0F0F);
+      dec[g + 4] = IO::and_(IO::srli(t[g], 4), 0x0F0F0F0F);
+    }
+    if constexpr (T == GgmlType::Q5_0 || T == GgmlType::Q5_1) {
+      // Bit j of qh is bit 4 of element j.
+      const VI qh = IO::gather32(p, o + (T == GgmlType::Q5_0 ? 2 : 4));
+      NPULLM_UNROLL_I8
+      for (int g = 0; g < 8; ++g) dec[g] = IO::or_(dec[g], IO::hbit4(qh, 4 * g));
+    }
+    decf[8] = IO::f16lo(dm);
+    if constexpr (T == GgmlType::Q4_1 || T == GgmlType::Q5_1) decf[9] = IO::f16hi(dm);
+  } else if constexpr (T == GgmlType::Q8_0) {
+    VI t[8];
+    IO::tload8(p.rows, o + 2, t);
+    NPULLM_UNROLL_I8
+    for (int g = 0; g < 8; ++g) dec[g] = IO::kVnni ? IO::xor_(t[g], static_cast<int32_t>(0x80808080u)) : t[g];
+    decf[8] = IO::f16lo(IO::gather32(p, o));
+  } else if constexpr (T == GgmlType::Q4_K || T == GgmlType::Q5_K) {
+    // 12 scale bytes: sub-blocks 0..3 keep scale / min in the low 6 bits of bytes j / j + 4;
+    // 4..7 take 4 low bits from the nibbles of byte j + 4 and 2 high bits from bits 6..7 of
+    // bytes j - 4 (scale) and j (min).
+    VI hdr[4];
+    IO::tload4(p.rows, o, hdr);  // d | dmin << 16, scale bytes 0..3, 4..7, 8..11
+    const VI dd = hdr[0], s0 = hdr[1], s1 = hdr[2], s2 = hdr[3];
+    VI* sc = dec + 64;
+    VI mn[8];
+    NPULLM_UNROLL_I8
+    for (int j = 0; j < 4; ++j) {
+      sc[j] = IO::and_(IO::srli(s0, 8 * j), 63);
+      mn[j] = IO::and_(IO::srli(s1, 8 * j), 63);
+      sc[j + 4] = IO::or_(IO::and_(IO::srli(s2, 8 * j), 0x0F), IO::slli(IO::and_(IO::srli(s0, 8 * j + 6), 3), 4));
+      mn[j + 4] = IO::or_(IO::and_(IO::srli(s2, 8 * j + 4), 0x0F), IO::slli(IO::and_(IO::srli(s1, 8 * j + 6), 3), 4));
+    }
+    NPULLM_UNROLL_I8
+    for (int i = 0; i < 4; ++i) dec[72 + i] = IO::or_(mn[2 * i], IO::slli(mn[2 * i + 1], 16));
+    decf[76] = IO::f16lo(dd);
+    decf[77] = IO::f16hi(dd);
+    // qs: 32 bytes per 64 elements, low nibbles = sub-block 2c, high nibbles = sub-block 2c + 1.
+    constexpr int64_t qs = T == GgmlType::Q4_K ? 16 : 48;
+    VI qh[8];
+    if constexpr (T == GgmlType::Q5_K) IO::tload8(p.rows, o + 16, qh);  // bit j of qh[l]: element l of sub-block j
+    NPULLM_UNROLL_I8
+    for (int c = 0; c < 4; ++c) {
+      VI t[8];
+      IO::tload8(p.rows, o + qs + 32 * c, t);
+      NPULLM_UNROLL_I8
+      for (int g = 0; g < 8; ++g) {
+        VI lo = IO::and_(t[g], 0x0F0F0F0F), hi = IO::and_(IO::srli(t[g], 4), 0x0F0F0F0F);
+        if constexpr (T == GgmlType::Q5_K) {
+          // Move bit (2c) / (2c + 1) of each qh byte to bit 4.
+          const int j0 = 2 * c, j1 = 2 * c + 1;
+          const VI b0 = j0 <= 4 ? IO::slli(qh[g], 4 - j0) : IO::srli(qh[g], j0 - 4);
+          const VI b1 = j1 <= 4 ? IO::slli(qh[g], 4 - j1) : IO::srli(qh[g], j1 - 4);
+          lo = IO::or_(lo, IO::and_(b0, 0x10101010));
+          hi = IO::or_(hi, IO::and_(b1, 0x10101010));
+        }
+        dec[8 * (2 * c) + g] = lo;
+        dec[8 * (2 * c + 1) + g] = hi;
+      }
+    }
+  } else {
+    static_assert(T == GgmlType::Q6_K);
+    // Each 128-element half h uses ql[64h .. 64h+63] and qh[32h .. 32h+31]. Its four 32-element
+    // quarters take the low nibbles of ql[0..31], of ql[32..63], the high nibbles of ql[0..31], of
+    // ql[32..63], and bit pairs 0, 2, 4, 6 of qh[0..31] as bits 4..5. Value + 32 is in [0, 63].
+    VI scw[4];
+    IO::tload4(p.rows, o + 192, scw);
+    NPULLM_UNROLL_I8
+    for (int j = 0; j < 16; ++j) dec[64 + j] = IO::sext8(scw[j / 4], j % 4);
+    decf[80] = IO::f16hi(IO::gather32(p, o + 206));
+    NPULLM_UNROLL_I8
+    for (int h = 0; h < 2; ++h) {
+      VI a[8], b[8], qh[8];
+      IO::tload8(p.rows, o + 64 * h, a);
+      IO::tload8(p.rows, o + 64 * h + 32, b);
+      IO::tload8(p.rows, o + 128 + 32 * h, qh);
+      NPULLM_UNROLL_I8
+      for (int g = 0; g < 8; ++g) {
+        // Element 128h + 32Q + 4g + i: sub-block 8h + 2Q + g / 4, group g % 4 inside it.
+        const int base = 4 * (8 * h) + g;  // G index = 4 * sub-block + g % 4 = 32h + 8Q + g
+        dec[base + 0] = IO::or_(IO::and_(a[g], 0x0F0F0F0F), IO::and_(IO::slli(qh[g], 4), 0x30303030));
+        dec[base + 8] = IO::or_(IO::and_(b[g], 0x0F0F0F0F), IO::and_(IO::slli(qh[g], 2), 0x30303030));
+        dec[base + 16] = IO::or_(IO::and_(IO::srli(a[g], 4), 0x0F0F0F0F), IO::and_(qh[g], 0x30303030));
+        dec[base + 24] = IO::or_(IO::and_(IO::srli(b[g], 4), 0x0F0F0F0F), IO::and_(IO::srli(qh[g], 2), 0x30303030));
+      }
+    }
+  }
+}
+
+// ---- per-type tile: one unit, TM rows of x (from xm) by P decoded panels -----------------------
+//
+// facc[m][p] is the float chain of x row xm + m against the rows of panel p (see Numerics).
+
+template <class IO, GgmlType T, int TM, int P>
+inline void tile_unit(const typename IO::VI* const* dec, const XQ& x, int64_t xm, int64_t u,
+                      typename IO::VF (&facc)[TM][P]) {
+  using VI = typename IO::VI;
+  using VF = typename IO::VF;
+  // Q8_0 without VNNI keeps the weight bytes signed (no offset): see IO::dot_s8.
+  auto dot = [](VI acc, VI w, VI xb) {
+    if constexpr (T == GgmlType::Q8_0 && !IO::kVnni) return IO::dot_s8(acc, w, xb);
+    else return IO::dot_u8(acc, w, xb);
+  };
+  if constexpr (act_format(T) == ActFormat::Q8_0) {
+    constexpr bool has_off = T == GgmlType::Q4_0 || T == GgmlType::Q5_0 || (T == GgmlType::Q8_0 && IO::kVnni);
+    VI ia[TM][P];
+    NPULLM_UNROLL_I8
+    for (int m = 0; m < TM; ++m) {
+      const VI init = has_off ? IO::set1(x.c[(xm + m) * x.ldc + u]) : IO::zero();
+      NPULLM_UNROLL_I8
+      for (int q = 0; q < P; ++q) ia[m][q] = init;
+    }
+    NPULLM_UNROLL_I8
+    for (int g = 0; g < 8; ++g) {
+      VI w[P];
+      NPULLM_UNROLL_I8
+      for (int q = 0; q < P; ++q) w[q] = dec[q][g];
+      NPULLM_UNROLL_I8
+      for (int m = 0; m < TM; ++m) {
+        const VI xb = IO::bcast32(x.q + (xm + m) * x.ldq + 32 * u + 4 * g);
+        NPULLM_UNROLL_I8
+        for (int q = 0; q < P; ++q) ia[m][q] = dot(ia[m][q], w[q], xb);
+      }
+    }
+    NPULLM_UNROLL_I8
+    for (int m = 0; m < TM; ++m) {
+      const VF dx = IO::bcastf(x.d[(xm + m) * x.ldd + u]);
+      NPULLM_UNROLL_I8
+      for (int q = 0; q < P; ++q) {
+        const VF dw = reinterpret_cast<const VF*>(dec[q])[8];
+        facc[m][q] = IO::fmaf(IO::cvt(ia[m][q]), IO::mulf(dx, dw), facc[m][q]);
+        if constexpr (T == GgmlType::Q4_1 || T == GgmlType::Q5_1) {
+          const VF mw = reinterpret_cast<const VF*>(dec[q])[9];
+          facc[m][q] = IO::fmaf(mw, IO::bcastf(x.s[(xm + m) * x.ldd + u]), facc[m][q]);
+        }
+      }
+    }
+  } else if constexpr (T == GgmlType::Q4_K || T == GgmlType::Q5_K) {
+    VI isc[TM][P], imn[TM][P];
+    NPULLM_UNROLL_I8
+    for (int m = 0; m < TM; ++m)
+      NPULLM_UNROLL_I8
+      for (int q = 0; q < P; ++q) isc[m][q] = IO::zero(), imn[m][q] = IO::zero();
+    for (int j = 0; j < 8; ++j) {
+      VI ia[TM][P];
+      NPULLM_UNROLL_I8
+      for (int m = 0; m < TM; ++m)
+        NPULLM_UNROLL_I8
+        for (int q = 0; q < P; ++q) ia[m][q] = IO::zero();
+      NPULLM_UNROLL_I8
+      for (int g = 0; g < 8; ++g) {
+        VI w[P];
+        NPULLM_UNROLL_I8
+        for (int q = 0; q < P; ++q) w[q] = dec[q][8 * j + g];
+        NPULLM_UNROLL_I8
+        for (int m = 0; m < TM; ++m) {
+          const VI xb = IO::bcast32(x.q + (xm + m) * x.ldq + 256 * u + 32 * j + 4 * g);
+          NPULLM_UNROLL_I8
+          for (int q = 0; q < P; ++q) ia[m][q] = IO::dot_u8(ia[m][q], w[q], xb);
+        }
+      }
+      NPULLM_UNROLL_I8
+      for (int m = 0; m < TM; ++m)
+        NPULLM_UNROLL_I8
+        for (int q = 0; q < P; ++q) isc[m][q] = IO::add(isc[m][q], IO::mullo(ia[m][q], dec[q][64 + j]));
+    }
+    NPULLM_UNROLL_I8
+    for (int i = 0; i < 4; ++i)
+      NPULLM_UNROLL_I8
+      for (int m = 0; m < TM; ++m) {
+        // c holds (-sum of sub-block 2i) | (-sum of sub-block 2i + 1) << 16: imn = -Imn.
+        const VI xs = IO::set1(x.c[(xm + m) * x.ldc + 4 * u + i]);
+        NPULLM_UNROLL_I8
+        for (int q = 0; q < P; ++q) imn[m][q] = IO::madd16(imn[m][q], dec[q][72 + i], xs);
+      }
+    NPULLM_UNROLL_I8
+    for (int m = 0; m < TM; ++m) {
+      const VF dx = IO::bcastf(x.d[(xm + m) * x.ldd + u]);
+      NPULLM_UNROLL_I8
+      for (int q = 0; q < P; ++q) {
+        const VF* df = reinterpret_cast<const VF*>(dec[q]);
+        facc[m][q] = IO::fmaf(IO::cvt(isc[m][q]), IO::mulf(dx, df[76]), facc[m][q]);
+        facc[m][q] = IO::fmaf(IO::cvt(imn[m][q]), IO::mulf(dx, df[77]), facc[m][q]);
+      }
+    }
+  } else {
+    static_assert(T == GgmlType::Q6_K);
+    VI isc[TM][P];
+    NPULLM_UNROLL_I8
+    for (int m = 0; m < TM; ++m)
+      NPULLM_UNROLL_I8
+      for (int q = 0; q < P; ++q) isc[m][q] = IO::zero();
+    for (int j = 0; j < 16; ++j) {
+      VI ia[TM][P];
+      NPULLM_UNROLL_I8
+      for (int m = 0; m < TM; ++m) {
+        const VI init = IO::set1(x.c[(xm + m) * x.ldc + 16 * u + j]);  // -32 * sum of the 16 q
+        NPULLM_UNROLL_I8
+        for (int q = 0; q < P; ++q) ia[m][q] = init;
+      }
+      NPULLM_UNROLL_I8
+      for (int g = 0; g < 4; ++g) {
+        VI w[P];
+        NPULLM_UNROLL_I8
+        for (int q = 0; q < P; ++q) w[q] = dec[q][4 * j + g];
+        NPULLM_UNROLL_I8
+        for (int m = 0; m < TM; ++m) {
+          const VI xb = IO::bcast32(x.q + (xm + m) * x.ldq + 256 * u + 16 * j + 4 * g);
+          NPULLM_UNROLL_I8
+          for (int q = 0; q < P; ++q) ia[m][q] = IO::dot_u8(ia[m][q], w[q], xb);
+        }
+      }
+      NPULLM_UNROLL_I8
+      for (int m = 0; m < TM; ++m)
+        NPULLM_UNROLL_I8
+        for (int q = 0; q < P; ++q) isc[m][q] = IO::add(isc[m][q], IO::mullo(ia[m][q], dec[q][64 + j]));
+    }
+    NPULLM_UNROLL_I8
+    for (int m = 0; m < TM; ++m) {
+      const VF dx = IO::bcastf(x.d[(xm + m) * x.ldd + u]);
+      NPULLM_UNROLL_I8
+      for (int q = 0; q < P; ++q)
+        facc[m][q] = IO::fmaf(IO::cvt(isc[m][q]), IO::mulf(dx, reinterpret_cast<const VF*>(dec[q])[80]), facc[m][q]);
+    }
+  }
+}
+
+// ---- activation quantisation -----------------------------------------------------------------------
+//
+// IO::quant_block32(x, q, &d, sums16[2]) and IO::quant_block256(x, q, &d, sums16[16]) quantise one
+// block as described under Numerics (d: the float the dot uses; sums16: sums of q per 16).
+// quantize_chunk fills XQ for rows [0, mc) of x (row stride K); the integer terms c are
+//   Q4_0 / Q5_0 / Q8_0 (VNNI): c[b] = -off * sum_b (the accumulator start: off = 8 / 16 / 128)
+//   Q4_K / Q5_K: c[4u + i] = (-S_2i & 0xFFFF) | (-S_2i+1 << 16), S_j the sum of sub-block j (32)
+//   Q6_K:        c[16u + j] = -32 * (sum of sub-block j of 16)
+template <class IO>
+void quantize_chunk(GgmlType wt, const float* x, int64_t K, int64_t mc, XQ& xq) {
+  const ActFormat f = act_format(wt);
+  const int32_t off = wt == GgmlType::Q4_0 ? 8 : wt == GgmlType::Q5_0 ? 16 : (wt == GgmlType::Q8_0 && IO::kVnni) ? 128 : 0;
+  for (int64_t m = 0; m < mc; ++m) {
+    const float* xr = x + m * K;
+    int8_t* q = xq.q + m * xq.ldq;
+    if (f == ActFormat::Q8_0) {
+      for (int64_t b = 0; b < K / 32; ++b) {
+        int32_t s16[2];
+        float d;
+        IO::quant_block32(xr + 32 * b, q + 32 * b, &d, s16);
+        const int32_t sum = s16[0] + s16[1];
+        xq.d[m * xq.ldd + b] = d;
+        xq.c[m * xq.ldc + b] = -off * sum;
+        xq.s[m * xq.ldd + b] = d * static_cast<float>(sum);
+      }
+    } else {
+      for (int64_t u = 0; u < K / 256; ++u) {
+        int32_t s16[16];
+        float d;
+        IO::quant_block256(xr + 256 * u, q + 256 * u, &d, s16);
+        xq.d[m * xq.ldd + u] = d;
+        if (wt == GgmlType::Q6_K) {
+          for (int j = 0; j < 16; ++j) xq.c[m * xq.ldc + 16 * u + j] = -32 * s16[j];
+        } else {
+          for (int i = 0; i < 4; ++i) {
+            const uint32_t lo = static_cast<uint32_t>(-(s16[4 * i] + s16[4 * i + 1])) & 0xFFFFu;
+            const uint32_t hi = static_cast<uint32_t>(-(s16[4 * i + 2] + s16[4 * i + 3])) << 16;
+            xq.c[m * xq.ldc + 4 * u + i] = static_cast<int32_t>(lo | hi);
+          }
+        }
+      }
+    }
+  }
+}
+
+// ---- drivers ---------------------------------------------------------------------------------------
+
+// Stores R outputs of x row m (lanes past `valid` are dropped): (acc + bias) + res, as epilogue().
+template <class IO>
+inline void store_outputs(typename IO::VF acc, const float* bias, const float* res, float* out, int64_t N,
+                          int64_t m, int64_t n, int valid) {
+  using VF = typename IO::VF;
+  VF v = acc;
+  if (bias) v = IO::addf(v, IO::loadf_n(bias + n, valid));
+  if (res) v = IO::addf(v, IO::loadf_n(res + m * N + n, valid));
+  IO::storef_n(out + m * N + n, v, valid);
+}
+
+template <class IO, GgmlType T, int TM, int P>
+inline void run_units(const typename IO::VI* const* dec, int64_t unit_stride_vecs, int64_t nu, const XQ& x,
+                      int64_t xm, typename IO::VF (&facc)[TM][P]) {
+  const typename IO::VI* d[P];
+  for (int q = 0; q < P; ++q) d[q] = dec[q];
+  for (int64_t u = 0; u < nu; ++u) {
+    tile_unit<IO, T, TM, P>(d, x, xm, u, facc);
+    for (int q = 0; q < P; ++q) d[q] += unit_stride_vecs;
+  }
+}
+
+// Decode: the rows [n, n + P * R) of W against TM = M rows of x, one unit at a time.
+template <class IO, GgmlType T, int TM, int P>
+void gemv_panels(const uint8_t* W, size_t row_bytes, int64_t nu, const XQ& x, int64_t m0, const float* bias,
+                 const float* res, float* out, int64_t N, int64_t n, int64_t n_end) {
+  using VI = typename IO::VI;
+  using VF = typename IO::VF;
+  Panel<IO> pan[P];
+  for (int q = 0; q < P; ++q) make_panel<IO>(W, row_bytes, n + q * IO::R, n_end, pan[q]);
+  alignas(64) VI buf[P][unit_vecs(T)];
+  const VI* dec[P];
+  for (int q = 0; q < P; ++q) dec[q] = buf[q];
+  VF facc[TM][P];
+  for (int m = 0; m < TM; ++m)
+    for (int q = 0; q < P; ++q) facc[m][q] = IO::zerof();
+  for (int64_t u = 0; u < nu; ++u) {
+    for (int q = 0; q < P; ++q) decode_unit<IO, T>(pan[q], u, buf[q]);
+    tile_unit<IO, T, TM, P>(dec, x, 0, u, facc);
+  }
+  for (int m = 0; m < TM; ++m)
+    for (int q = 0; q < P; ++q)
+      store_outputs<IO>(facc[m][q], bias, res, out, N, m0 + m, n + q * IO::R, pan[q].valid);
+}
+
+// Prefill: P panels starting at row n are decoded into `pbuf` (all nu units), then every row of
+// the chunk [m0, m0 + mc) runs against them in tiles of TM rows.
+template <class IO, GgmlType T, int TM, int P>
+void gemm_panels(const uint8_t* W, size_t row_bytes, int64_t nu, const XQ& x, int64_t m0, int64_t mc,
+                 const float* bias, const float* res, float* out, int64_t N, int64_t n, int64_t n_end,
+                 typename IO::VI* pbuf) {
+  using VI = typename IO::VI;
+  using VF = typename IO::VF;
+  constexpr int V = unit_vecs(T);
+  Panel<IO> pan[P];
+  const VI* dec[P];
+  for (int q = 0; q < P; ++q) {
+    make_panel<IO>(W, row_bytes, n + q * IO::R, n_end, pan[q]);
+    VI* d = pbuf + q * nu * V;
+    for (int64_t u = 0; u < nu; ++u) decode_unit<IO, T>(pan[q], u, d + u * V);
+    dec[q] = d;
+  }
+  int64_t m = 0;
+  for (; m + TM <= mc; m += TM) {
+    VF facc[TM][P];
+    for (int i = 0; i < TM; ++i)
+      for (int q = 0; q < P; ++q) facc[i][q] = IO::zerof();
+    run_units<IO, T, TM, P>(dec, V, nu, x, m, facc);
+    for (int i = 0; i < TM; ++i)
+      for (int q = 0; q < P; ++q) store_outputs<IO>(facc[i][q], bias, res, out, N, m0 + m + i, n + q * IO::R, pan[q].valid);
+  }
+  for (; m < mc; ++m) {
+    VF facc[1][P];
+    for (int q = 0; q < P; ++q) facc[0][q] = IO::zerof();
+    run_units<IO, T, 1, P>(dec, V, nu, x, m, facc);
+    for (int q = 0; q < P; ++q) store_outputs<IO>(facc[0][q], bias, res, out, N, m0 + m, n + q * IO::R, pan[q].valid);
+  }
+}
+
+// One panel at a time: decoding two side by side (more rows in flight) measured slower, the
+// decoded vectors no longer fit in registers.
+template <class IO, GgmlType T, int TM>
+void gemv_range(const uint8_t* W, size_t row_bytes, int64_t nu, const XQ& x, int64_t m0, const float* bias,
+                const float* res, float* out, int64_t N, int64_t n0, int64_t n1) {
+  for (int64_t n = n0; n < n1; n += IO::R) gemv_panels<IO, T, TM, 1>(W, row_bytes, nu, x, m0, bias, res, out, N, n, n1);
+}
+
+template <class IO, GgmlType T>
+void int8_matmul_typed(const float* x, int64_t M, int64_t K, const uint8_t* W, size_t row_bytes,
+                       const float* bias, const float* res, float* out, int64_t N, int64_t n0, int64_t n1,
+                       void* work) {
+  using VI = typename IO::VI;
+  // work = [x quants | d | c | s | panels], each part 64-byte aligned.
+  auto* base = static_cast<uint8_t*>(work);
+  base += (64 - reinterpret_cast<uintptr_t>(base) % 64) % 64;
+  XQ xq;
+  xq.ldq = align64(K);
+  xq.ldd = K / 32;
+  xq.ldc = K / 16;
+  xq.q = reinterpret_cast<int8_t*>(base);
+  base += kChunkRows * xq.ldq;
+  xq.d = reinterpret_cast<float*>(base);
+  base += align64(kChunkRows * 4 * xq.ldd);
+  xq.s = reinterpret_cast<float*>(base);
+  base += align64(kChunkRows * 4 * xq.ldd);
+  xq.c = reinterpret_cast<int32_t*>(base);
+  base += align64(kChunkRows * 4 * xq.ldc);
+  VI* pbuf = reinterpret_cast<VI*>(base);
+  const int64_t nu = K / unit_elems(T);
+  constexpr int TMg = IO::R >= 16 ? 4 : 2;  // prefill tile rows: accumulators must fit in registers
+  for (int64_t m0 = 0; m0 < M; m0 += kChunkRows) {
+    const int64_t mc = M - m0 < kChunkRows ? M - m0 : kChunkRows;
+    quantize_chunk<IO>(T, x + m0 * K, K, mc, xq);
+    switch (mc) {
+      case 1: gemv_range<IO, T, 1>(W, row_bytes, nu, xq, m0, bias, res, out, N, n0, n1); continue;
+      case 2: gemv_range<IO, T, 2>(W, row_bytes, nu, xq, m0, bias, res, out, N, n0, n1); continue;
+      case 3: gemv_range<IO, T, 3>(W, row_bytes, nu, xq, m0, bias, res, out, N, n0, n1); continue;
+      case 4: gemv_range<IO, T, 4>(W, row_bytes, nu, xq, m0, bias, res, out, N, n0, n1); continue;
+      default: break;
+    }
+    int64_t n = n0;
+    for (; n + kPanels * IO::R <= n1; n += kPanels * IO::R)
+      gemm_panels<IO, T, TMg, kPanels>(W, row_bytes, nu, xq, m0, mc, bias, res, out, N, n, n1, pbuf);
+    for (; n < n1; n += IO::R)
+      gemm_panels<IO, T, TMg, 1>(W, row_bytes, nu, xq, m0, mc, bias, res, out, N, n, n1, pbuf);
+  }
+}
+
+// Entry: wt must satisfy int8_supported(wt); work holds int8_work_bytes(K) bytes (+ 64 for
+// alignment).
+template <class IO>
+void int8_matmul(const float* x, int64_t M, int64_t K, const void* Wv, GgmlType wt, size_t row_bytes,
+                 const float* bias, const float* res, float* out, int64_t N, int64_t n0, int64_t n1, void* work) {
+  const auto* W = static_cast<const uint8_t*>(Wv);
+  switch (wt) {
+    case GgmlType::Q4_0: int8_matmul_typed<IO, GgmlType::Q4_0>(x, M, K, W, row_bytes, bias, res, out, N, n0, n1, work); return;
+    case GgmlType::Q4_1: int8_matmul_typed<IO, GgmlType::Q4_1>(x, M, K, W, row_bytes, bias, res, out, N, n0, n1, work); return;
+    case GgmlType::Q5_0: int8_matmul_typed<IO, GgmlType::Q5_0>(x, M, K, W, row_bytes, bias, res, out, N, n0, n1, work); return;
+    case GgmlType::Q5_1: int8_matmul_typed<IO, GgmlType::Q5_1>(x, M, K, W, row_bytes, bias, res, out, N, n0, n1, work); return;
+    case GgmlType::Q8_0: int8_matmul_typed<IO, GgmlType::Q8_0>(x, M, K, W, row_bytes, bias, res, out, N, n0, n1, work); return;
+    case GgmlType::Q4_K: int8_matmul_typed<IO, GgmlType::Q4_K>(x, M, K, W, row_bytes, bias, res, out, N, n0, n1, work); return;
+    case GgmlType::Q5_K: int8_matmul_typed<IO, GgmlType::Q5_K>(x, M, K, W, row_bytes, bias, res, out, N, n0, n1, work); return;
+    case GgmlType::Q6_K: int8_matmul_typed<IO, GgmlType::Q6_K>(x, M, K, W, row_bytes, bias, res, out, N, n0, n1, work); return;
+    default: return;  // not reached: kernels.cpp routes only int8_supported types here
+  }
+}
+
+#undef NPULLM_UNROLL_I8
+
+}  // namespace
+}  // namespace npullm::cpu::detail

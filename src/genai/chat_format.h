@@ -1,0 +1,26 @@
+// Chat formatting: which Jinja template a conversation is rendered with, and rendering it.
+#pragma once
+#include <string>
+#include <vector>
+
+#include <npullm/llm_pipeline.h>
+
+#include "genai/tokenizer.h"
+
+namespace npullm::genai {
+
+class ChatFormat {
+ public:
+  // `choice`: empty = the model's own template (tokenizer.chat_template); otherwise the name of a
+  // built-in template, a file holding one, or Jinja source. Throws npullm::Error when there is none
+  // or it does not parse.
+  ChatFormat(const std::string& choice, const Tokenizer& tok);
+  std::string render(const std::vector<ChatMessage>& messages, bool add_generation_prompt) const;
+  const std::string& name() const { return name_; }
+  const std::string& bos_text() const { return bos_; }
+
+ private:
+  std::string name_, source_, bos_, eos_;
+};
+
+}  // namespace npullm::genai

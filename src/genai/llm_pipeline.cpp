@@ -1,0 +1,416 @@
+// LLMPipeline: the public API (include/npullm/llm_pipeline.h) over npuw's LlmRuntime.
+//
+// The conversation is a token sequence: `kv_ids` are the tokens whose K/V rows are in the runtime's
+// state (rows [0, position())), `pending` the tokens that belong to the conversation but have not
+// been run yet (the last sampled token of a reply). A chat turn renders the template, takes the
+// text that is new since the previous turn, tokenizes only that, and prefills pending + new.
+// genai decides *when* to shift or re-prefill; npuw does the K/V work.
+#include <npullm/llm_pipeline.h>
+
+#include <algorithm>
+#include <cctype>
+#include <chrono>
+#include <optional>
+#include <fmt/format.h>
+#include <fmt/ranges.h>
+
+#include "common/error.h"
+#include "genai/chat_format.h"
+#include "genai/sampler.h"
+#include "genai/stop_rules.h"
+#include "genai/tokenizer.h"
+#include "npuw/llm_runtime.h"
+
+namespace npullm {
+
+const char* finish_reason_name(FinishReason r) {
+  switch (r) {
+    case FinishReason::Eos: return "eos";
+    case FinishReason::StopToken: return "stop_token";
+    case FinishReason::StopString: return "stop_string";
+    case FinishReason::Length: return "length";
+    case FinishReason::Cancelled: return "cancelled";
+  }
+  return "?";
+}
+
+namespace {
+
+using Clock = std::chrono::steady_clock;
+double ms_between(Clock::time_point a, Clock::time_point b) { return std::chrono::duration<double, std::milli>(b - a).count(); }
+
+void warn(const std::string& msg) { fmt::print(stderr, "npullm: warning: {}\n", msg); }
+
+}  // namespace
+
+struct LLMPipeline::Impl {
+  PipelineConfig cfg;
+  std::unique_ptr<npuw::LlmRuntime> rt;
+  std::unique_ptr<genai::Tokenizer> tok;
+  std::unique_ptr<genai::ChatFormat> format;  // created on start_chat
+
+  std::vector<int32_t> kv_ids, pending;
+  bool chatting = false;
+  bool history_dirty = false;                 // set_history(): the next turn renders and prefills all
+  std::vector<ChatMessage> messages;
+  int64_t n_keep = 1;
+
+  // Per-call accounting.
+  double prefill_ms = 0, decode_ms = 0;
+  int64_t decoded = 0, reprefills = 0;
+
+  Impl(const std::string& path, const PipelineConfig& c) : cfg(c) {
+    npuw::RuntimeConfig rc;
+    rc.prefill_chunk = c.prefill_chunk;
+    rc.variants = c.variants;
+    rc.max_prompt_len = c.max_prompt_len;
+    rc.min_response_len = c.min_response_len;
+    rc.threads = c.threads;
+    rc.cache_dir = c.cache_dir;
+    rc.use_cache = c.use_cache;
+    rt = std::make_unique<npuw::LlmRuntime>(path, rc);
+    tok = std::make_unique<genai::Tokenizer>(genai::Vocab::from_gguf(rt->gguf()));
+    if (tok->n_vocab() != rt->n_vocab())
+      fail("{}: the vocabulary has {} tokens but the model's embedding has {} rows", rt->gguf().path(), tok->n_vocab(), rt->n_vocab());
+  }
+
+  int64_t cap() const { return rt->capacity(); }
+
+  void clear_state() {
+    rt->reset();
+    kv_ids.clear();
+    pending.clear();
+  }
+
+  // Chat text -> ids: BOS is added unless the template already wrote it; special tokens parsed.
+  std::vector<int32_t> encode_chat(const std::string& text) const {
+    const bool has_bos = format && !format->bos_text().empty() && text.rfind(format->bos_text(), 0) == 0;
+    return tok->encode(text, /*add_bos=*/!has_bos, /*parse_special=*/true);
+  }
+
+  int64_t keep_for(const std::vector<int32_t>& ids) const {
+    const int64_t k = cfg.n_keep >= 0 ? cfg.n_keep : n_keep;
+    return std::clamp<int64_t>(k, 0, std::min<int64_t>(static_cast<int64_t>(ids.size()), cap() / 2));
+  }
+
+  // Rows worth keeping free for the reply before a turn starts.
+  int64_t reserve(const GenerationConfig& g) const { return std::min<int64_t>(std::max<int64_t>(g.max_new_tokens, 1), cap() / 4); }
+
+  void prefill(const std::vector<int32_t>& ids, std::span<const float>& logits) {
+    const auto t0 = Clock::now();
+    logits = rt->prefill(ids);
+    prefill_ms += ms_between(t0, Clock::now());
+    kv_ids.insert(kv_ids.end(), ids.begin(), ids.end());
+  }
+
+  // Replaces the whole state by `ids` (a re-prefill); returns the logits after the last one.
+  void reprefill(const std::vector<int32_t>& ids, std::span<const float>& logits) {
+    clear_state();
+    ++reprefills;
+    prefill(ids, logits);
+  }
+
+  // Keeps the first `keep` and the last `room - keep` ids of a sequence too long for `room` rows.
+  static std::vector<int32_t> cut(const std::vector<int32_t>& ids, int64_t keep, int64_t room) {
+    std::vector<int32_t> out(ids.begin(), ids.begin() + keep);
+    out.insert(out.end(), ids.end() - (room - keep), ids.end());
+    return out;
+  }
+
+  // Makes room for `incoming` more rows plus the reply reserve, by the context policy.
+  // May rewrite `incoming` (a re-prefill or a cut prompt).
+  void make_room(std::vector<int32_t>& incoming, const GenerationConfig& g) {
+    const int64_t room = cap();
+    const int64_t want = static_cast<int64_t>(kv_ids.size() + incoming.size()) + reserve(g);
+    if (want <= room) return;
+    if (cfg.context_policy == ContextPolicy::Truncate && chatting) {
+      truncate_turns(incoming, g);
+    } else if (cfg.context_policy == ContextPolicy::Shift && !kv_ids.empty()) {
+      const int64_t keep = keep_for(kv_ids);
+      const int64_t movable = static_cast<int64_t>(kv_ids.size()) - keep;
+      const int64_t drop = std::min(movable, std::max(want - room, movable / 2));
+      if (drop > 0) shift(keep, drop);
+    } else if (!kv_ids.empty()) {
+      // Truncate outside a chat: keep the first tokens and the most recent half, re-prefilled with
+      // the new ones.
+      std::vector<int32_t> all = kv_ids;
+      all.insert(all.end(), incoming.begin(), incoming.end());
+      clear_state();
+      ++reprefills;
+      incoming = all;
+    }
+    // Whatever is still too long is cut, keeping its start (BOS, system prompt) and its end.
+    const int64_t free_rows = room - static_cast<int64_t>(kv_ids.size()) - reserve(g);
+    if (static_cast<int64_t>(incoming.size()) > free_rows) {
+      const int64_t keep = kv_ids.empty() ? keep_for(incoming) : 0;
+      warn(fmt::format("the prompt has {} tokens but only {} fit; keeping the first {} and the last {}", incoming.size(),
+                       free_rows, keep, free_rows - keep));
+      incoming = cut(incoming, keep, free_rows);
+    }
+  }
+
+  void shift(int64_t keep, int64_t drop) {
+    rt->shift(keep, drop);
+    kv_ids.erase(kv_ids.begin() + keep, kv_ids.begin() + keep + drop);
+  }
+
+  // Truncate policy in a chat: drop the oldest whole turns (the system message stays) until the
+  // rendered conversation fits, and start the state again from it.
+  void truncate_turns(std::vector<int32_t>& incoming, const GenerationConfig& g) {
+    const size_t first = !messages.empty() && messages.front().role == "system" ? 1 : 0;
+    std::vector<int32_t> ids;
+    for (;;) {
+      ids = encode_chat(format->render(messages, true));
+      const bool fits = static_cast<int64_t>(ids.size()) + reserve(g) <= cap();
+      // Only whole older turns go: never the message being answered.
+      if (fits || messages.size() <= first + 1) break;
+      size_t end = first + 1;  // drop one user message and the replies that follow it
+      while (end < messages.size() - 1 && messages[end].role != "user") ++end;
+      messages.erase(messages.begin() + static_cast<long>(first), messages.begin() + static_cast<long>(end));
+    }
+    clear_state();
+    ++reprefills;
+    incoming = ids;
+  }
+
+  // The state is full in the middle of a reply.
+  void overflow(std::span<const float>& logits, const std::vector<int32_t>& reply) {
+    if (cfg.context_policy == ContextPolicy::Shift) {
+      const int64_t keep = keep_for(kv_ids);
+      shift(keep, std::max<int64_t>(1, (static_cast<int64_t>(kv_ids.size()) - keep) / 2));
+      return;
+    }
+    std::vector<int32_t> ids;
+    if (chatting && messages.size() > 2) {
+      // Drop the oldest turn and re-prefill the rest with the reply so far.
+      const size_t first = messages.front().role == "system" ? 1 : 0;
+      size_t end = first + 1;
+      while (end < messages.size() - 1 && messages[end].role != "user") ++end;
+      if (end < messages.size()) messages.erase(messages.begin() + static_cast<long>(first), messages.begin() + static_cast<long>(end));
+      ids = encode_chat(format->render(messages, true));
+      // `reply` minus its last token (still to be decoded) follows the prompt.
+      ids.insert(ids.end(), reply.begin(), reply.end() - 1);
+    }
+    if (ids.empty() || static_cast<int64_t>(ids.size()) >= cap()) {
+      const int64_t keep = keep_for(kv_ids);
+      ids.assign(kv_ids.begin(), kv_ids.begin() + keep);
+      ids.insert(ids.end(), kv_ids.end() - (static_cast<int64_t>(kv_ids.size()) - keep) / 2, kv_ids.end());
+    }
+    reprefill(ids, logits);
+  }
+
+  GenerationResult run(std::vector<int32_t> incoming, const GenerationConfig& g, const Streamer& streamer) {
+    const auto t_start = Clock::now();
+    prefill_ms = decode_ms = 0;
+    decoded = reprefills = 0;
+    const npuw::RuntimeStats before = rt->stats();
+    rt->clear_variants_used();
+
+    GenerationResult res;
+    make_room(incoming, g);
+    if (incoming.empty()) fail("nothing to generate from: the prompt has no tokens");
+    res.prompt_ids = incoming;
+    std::span<const float> logits;
+    prefill(incoming, logits);
+    pending.clear();
+    res.context_ids = kv_ids;
+
+    genai::SamplerConfig sc;
+    sc.temperature = g.temperature;
+    sc.top_k = g.top_k;
+    sc.top_p = g.top_p;
+    sc.min_p = g.min_p;
+    sc.typical_p = g.typical_p;
+    sc.repetition_penalty = g.repetition_penalty;
+    sc.presence_penalty = g.presence_penalty;
+    sc.frequency_penalty = g.frequency_penalty;
+    sc.penalty_last_n = g.penalty_last_n;
+    sc.seed = g.seed;
+    genai::Sampler sampler(sc);
+    const size_t window = static_cast<size_t>(std::max(0, g.penalty_last_n));
+    for (size_t i = kv_ids.size() > window ? kv_ids.size() - window : 0; i < kv_ids.size(); ++i) sampler.accept(kv_ids[i]);
+
+    genai::StopTokens stop_ids(g.stop_token_ids);
+    if (!g.ignore_eos && tok->eos() >= 0) stop_ids.add(tok->eos());
+    genai::StopMatcher stop(g.stop_strings);
+    // After BOS alone, SPM's dummy-prefix space of the first piece is not text.
+    genai::StreamDecoder decoder(*tok, /*strip_leading_space=*/kv_ids.size() == 1 && kv_ids[0] == tok->bos());
+    bool cancelled = false;
+    auto emit = [&](const std::string& text) {
+      if (text.empty()) return;
+      res.text += text;
+      if (streamer && !cancelled && !streamer(text)) cancelled = true;
+    };
+
+    res.finish = FinishReason::Length;
+    for (int64_t i = 0; i < g.max_new_tokens; ++i) {
+      const int32_t id = sampler.sample(logits);
+      if (i == 0) res.metrics.ttft_ms = ms_between(t_start, Clock::now());
+      if (stop_ids.contains(id)) {
+        res.finish = id == tok->eos() && !g.ignore_eos ? FinishReason::Eos : FinishReason::StopToken;
+        break;
+      }
+      sampler.accept(id);
+      res.ids.push_back(id);
+      const genai::StopStep step = stop.push(decoder.push(id));
+      emit(step.text);
+      if (step.stopped || cancelled || i + 1 == g.max_new_tokens) {
+        pending.push_back(id);  // part of the conversation, not yet run
+        if (step.stopped) res.finish = FinishReason::StopString;
+        else if (cancelled) res.finish = FinishReason::Cancelled;
+        break;
+      }
+      if (rt->position() >= cap()) overflow(logits, res.ids);
+      const auto t0 = Clock::now();
+      logits = rt->decode(id);
+      decode_ms += ms_between(t0, Clock::now());
+      ++decoded;
+      kv_ids.push_back(id);
+    }
+    if (res.finish != FinishReason::StopString) {
+      emit(stop.push(decoder.flush()).text);
+      emit(stop.flush().text);
+    }
+
+    const npuw::RuntimeStats& after = rt->stats();
+    GenerationMetrics& m = res.metrics;
+    m.prefill_tokens = after.prefill_tokens - before.prefill_tokens;
+    m.generated_tokens = static_cast<int64_t>(res.ids.size());
+    m.prefill_tps = prefill_ms > 0 ? static_cast<double>(m.prefill_tokens) * 1000.0 / prefill_ms : 0.0;
+    m.decode_tps = decode_ms > 0 ? static_cast<double>(decoded) * 1000.0 / decode_ms : 0.0;
+    m.variants_used.assign(after.variants_used.begin(), after.variants_used.end());
+    m.kv_utilization = static_cast<double>(rt->position()) / static_cast<double>(cap());
+    m.padded_positions = after.padded_positions - before.padded_positions;
+    m.kv_bytes_copied = after.kv_bytes_copied - before.kv_bytes_copied;
+    m.context_shifts = after.context_shifts - before.context_shifts;
+    m.reprefills = reprefills;
+    m.prefill_chunks = after.prefill_chunks - before.prefill_chunks;
+    m.compiled_blobs = after.compiled_blobs;
+    m.cached_blobs = after.cached_blobs;
+    return res;
+  }
+
+  // The text a new turn adds after the tokens already in the conversation, or nullopt when the
+  // template does not render the conversation so far as a prefix of the new one (then the whole
+  // conversation is prefilled again). The previous reply is located in the template's own rendering
+  // of it, so templates that reformat content (a space after "assistant:", trimming) still match.
+  std::optional<std::string> new_text(const std::string& full) const {
+    if (history_dirty || kv_ids.empty() || messages.size() < 2 || messages[messages.size() - 2].role != "assistant")
+      return std::nullopt;
+    const std::vector<ChatMessage> before(messages.begin(), messages.end() - 1);
+    std::string closed;
+    try {
+      closed = format->render(before, false);
+    } catch (const Error&) {
+      return std::nullopt;
+    }
+    if (full.compare(0, closed.size(), closed) != 0) return std::nullopt;
+    std::string_view reply = before.back().content;
+    while (!reply.empty() && std::isspace(static_cast<unsigned char>(reply.front()))) reply.remove_prefix(1);
+    while (!reply.empty() && std::isspace(static_cast<unsigned char>(reply.back()))) reply.remove_suffix(1);
+    if (reply.empty()) return std::nullopt;
+    const size_t at = closed.rfind(reply);
+    if (at == std::string::npos) return std::nullopt;
+    return full.substr(at + reply.size());
+  }
+
+  GenerationResult chat_turn(const std::string& user, const GenerationConfig& g, const Streamer& streamer) {
+    messages.push_back({"user", user});
+    const std::string full = format->render(messages, true);
+    std::vector<int32_t> incoming;
+    int64_t extra_reprefill = 0;
+    if (std::optional<std::string> delta = new_text(full)) {
+      // Only what is new since the last turn: the pending reply token and the template's new text.
+      incoming = pending;
+      const std::vector<int32_t> ids = tok->encode(*delta, false, true);
+      incoming.insert(incoming.end(), ids.begin(), ids.end());
+    } else {
+      extra_reprefill = kv_ids.empty() ? 0 : 1;
+      clear_state();
+      incoming = encode_chat(full);
+      n_keep = system_tokens();
+    }
+    history_dirty = false;
+    GenerationResult r = run(std::move(incoming), g, streamer);
+    r.metrics.reprefills += extra_reprefill;
+    messages.push_back({"assistant", r.text});
+    return r;
+  }
+
+  // Tokens of BOS + the system message's rendering, when that is where every render starts.
+  int64_t system_tokens() const {
+    if (messages.empty() || messages.front().role != "system") return tok->vocab().add_bos ? 1 : 0;
+    try {
+      const std::string sys = format->render({messages.front()}, false);
+      const std::string all = format->render(messages, true);
+      if (all.compare(0, sys.size(), sys) == 0) return static_cast<int64_t>(encode_chat(sys).size());
+    } catch (const Error&) {
+      // A template that refuses a lone system message: keep BOS only.
+    }
+    return tok->vocab().add_bos ? 1 : 0;
+  }
+};
+
+LLMPipeline::LLMPipeline(const std::string& model_path, const PipelineConfig& cfg)
+    : impl_(std::make_unique<Impl>(model_path, cfg)) {}
+LLMPipeline::~LLMPipeline() = default;
+
+GenerationResult LLMPipeline::generate(const std::string& prompt, const GenerationConfig& cfg, const Streamer& streamer) {
+  if (impl_->chatting) return impl_->chat_turn(prompt, cfg, streamer);
+  impl_->clear_state();
+  std::vector<int32_t> ids = impl_->tok->encode(prompt, /*add_bos=*/true);
+  impl_->n_keep = !ids.empty() && ids[0] == impl_->tok->bos() ? 1 : 0;
+  return impl_->run(std::move(ids), cfg, streamer);
+}
+
+GenerationResult LLMPipeline::generate_ids(const std::vector<int32_t>& ids, const GenerationConfig& cfg, const Streamer& streamer) {
+  impl_->clear_state();
+  impl_->n_keep = !ids.empty() && ids[0] == impl_->tok->bos() ? 1 : 0;
+  return impl_->run(ids, cfg, streamer);
+}
+
+void LLMPipeline::start_chat(const std::string& system_message) {
+  if (!impl_->format) impl_->format = std::make_unique<genai::ChatFormat>(impl_->cfg.chat_template, *impl_->tok);
+  impl_->chatting = true;
+  impl_->messages.clear();
+  if (!system_message.empty()) impl_->messages.push_back({"system", system_message});
+  impl_->history_dirty = false;
+  impl_->clear_state();
+}
+
+void LLMPipeline::finish_chat() {
+  impl_->chatting = false;
+  impl_->messages.clear();
+  impl_->clear_state();
+}
+
+bool LLMPipeline::in_chat() const { return impl_->chatting; }
+const std::vector<ChatMessage>& LLMPipeline::history() const { return impl_->messages; }
+
+void LLMPipeline::set_history(const std::vector<ChatMessage>& messages) {
+  if (!impl_->chatting) start_chat();
+  impl_->messages = messages;
+  impl_->history_dirty = true;
+}
+
+std::vector<int32_t> LLMPipeline::conversation_ids() const {
+  std::vector<int32_t> out = impl_->kv_ids;
+  out.insert(out.end(), impl_->pending.begin(), impl_->pending.end());
+  return out;
+}
+
+std::vector<int32_t> LLMPipeline::tokenize(const std::string& text, bool add_bos, bool parse_special) const {
+  return impl_->tok->encode(text, add_bos, parse_special);
+}
+
+std::string LLMPipeline::detokenize(const std::vector<int32_t>& ids) const { return impl_->tok->decode(ids); }
+int64_t LLMPipeline::capacity() const { return impl_->cap(); }
+int64_t LLMPipeline::kv_position() const { return impl_->rt->position(); }
+
+std::string LLMPipeline::description() const {
+  const auto& hp = impl_->rt->hparams();
+  return fmt::format("{} ({}, {} layers, {} dim, vocab {}), K/V capacities [{}], {}", hp.name, hp.arch, hp.n_layer,
+                     hp.n_embd, hp.n_vocab, fmt::join(impl_->rt->variants(), ","), impl_->rt->device_name());
+}
+
+}  // namespace npullm
