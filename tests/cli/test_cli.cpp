@@ -5,6 +5,7 @@
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
+#include <sstream>
 #include <nlohmann/json.hpp>
 
 #include "test_util.h"
@@ -143,6 +144,54 @@ TEST(Cli, BadInputGetsClearErrors) {
   Proc too_big = sh(npullm() + " run -m " + test::shared_path(kModel) + " --variants 4096 --no-cache");
   EXPECT_EQ(too_big.rc, 1);
   EXPECT_NE(too_big.err.find("context length"), std::string::npos) << too_big.err;
+}
+
+}  // namespace
+}  // namespace npullm
+
+namespace npullm {
+namespace {
+
+TEST(CliTools, TokenizeMatchesTheLlamaCppVector) {
+  NPULLM_REQUIRE_SHARED("models/vocab/ggml-vocab-llama-spm.gguf");
+  // Case "Hello world" of the llama-spm vectors: " 15043 3186".
+  Proc r = sh(npullm() + " tokenize -m " + test::shared_path("models/vocab/ggml-vocab-llama-spm.gguf") + " --no-special 'Hello world'");
+  ASSERT_EQ(r.rc, 0) << r.err;
+  EXPECT_EQ(r.out, "15043 3186\n");
+}
+
+TEST(CliTools, LogitsWritesOneRowPerToken) {
+  NPULLM_REQUIRE_SHARED(kModel);
+  const fs::path out = fresh_dir("logits") / "l.f32";
+  Proc r = sh(npullm() + " logits -m " + test::shared_path(kModel) + " --tokens 1,403,407 --no-cache --out " + out.string());
+  ASSERT_EQ(r.rc, 0) << r.err;
+  EXPECT_EQ(fs::file_size(out), 3u * 512 * 4);
+  Proc bad = sh(npullm() + " logits -m " + test::shared_path(kModel) + " --tokens 1,x --out " + out.string());
+  EXPECT_EQ(bad.rc, 1);
+  EXPECT_NE(bad.err.find("--tokens"), std::string::npos) << bad.err;
+}
+
+TEST(CliTools, ChatJsonReportsEveryTurnWithItsMetrics) {
+  NPULLM_REQUIRE_SHARED(kModel);
+  const fs::path dir = fresh_dir("chat");
+  const std::string tmpl = (dir / "t.jinja").string();
+  std::ofstream(tmpl) << "{% for m in messages %}{{ m['role'] }}: {{ m['content'] }}\n{% endfor %}{% if add_generation_prompt %}assistant:{% endif %}";
+  std::ofstream(dir / "in.txt") << "Tell me about a dog.\n/stats\nWhat did the dog do?\n";
+  Proc r = sh(npullm() + " chat -m " + test::shared_path(kModel) + " --chat-template " + tmpl +
+              " --json -n 12 --no-cache --variants 256 < " + (dir / "in.txt").string());
+  ASSERT_EQ(r.rc, 0) << r.err;
+  std::stringstream lines(r.out);
+  std::string line;
+  std::vector<nlohmann::json> turns;
+  while (std::getline(lines, line)) turns.push_back(nlohmann::json::parse(line));
+  ASSERT_EQ(turns.size(), 2u);
+  for (const char* key : {"ttft_ms", "prefill_tokens", "generated_tokens", "prefill_tps", "decode_tps", "variants_used",
+                          "kv_utilization", "padded_positions", "kv_bytes_copied", "context_shifts", "reprefills"})
+    EXPECT_TRUE(turns[1]["metrics"].contains(key)) << key;
+  EXPECT_EQ(turns[1]["ids"].size(), 12u);
+  // The second turn prefilled only its own tokens.
+  EXPECT_LT(turns[1]["metrics"]["prefill_tokens"].get<int>(), turns[0]["metrics"]["prefill_tokens"].get<int>() + 12);
+  EXPECT_EQ(turns[1]["metrics"]["reprefills"], 0);
 }
 
 }  // namespace

@@ -121,59 +121,59 @@ struct ScalarIO {
   static constexpr int R = 1;
   static constexpr bool kVnni = true;  // any byte value works in dot_u8
 
-  static VI zero() { return 0; }
-  static VI set1(int32_t v) { return static_cast<uint32_t>(v); }
-  static VI load(const int32_t* p) { return static_cast<uint32_t>(p[0]); }
-  static VI bcast32(const void* p) { return u32_at(static_cast<const uint8_t*>(p)); }
-  static VI and_(VI v, int32_t imm) { return v & static_cast<uint32_t>(imm); }
-  static VI or_(VI a, VI b) { return a | b; }
-  static VI xor_(VI v, int32_t imm) { return v ^ static_cast<uint32_t>(imm); }
-  static VI add(VI a, VI b) { return a + b; }
-  static VI mullo(VI a, VI b) { return a * b; }
-  static VI srli(VI v, int n) { return v >> n; }
-  static VI slli(VI v, int n) { return v << n; }
-  static VI dot_u8(VI acc, VI w, VI x) {
+  NPULLM_HOT static VI zero() { return 0; }
+  NPULLM_HOT static VI set1(int32_t v) { return static_cast<uint32_t>(v); }
+  NPULLM_HOT static VI load(const int32_t* p) { return static_cast<uint32_t>(p[0]); }
+  NPULLM_HOT static VI bcast32(const void* p) { return u32_at(static_cast<const uint8_t*>(p)); }
+  NPULLM_HOT static VI and_(VI v, int32_t imm) { return v & static_cast<uint32_t>(imm); }
+  NPULLM_HOT static VI or_(VI a, VI b) { return a | b; }
+  NPULLM_HOT static VI xor_(VI v, int32_t imm) { return v ^ static_cast<uint32_t>(imm); }
+  NPULLM_HOT static VI add(VI a, VI b) { return a + b; }
+  NPULLM_HOT static VI mullo(VI a, VI b) { return a * b; }
+  NPULLM_HOT static VI srli(VI v, int n) { return v >> n; }
+  NPULLM_HOT static VI slli(VI v, int n) { return v << n; }
+  NPULLM_HOT static VI dot_u8(VI acc, VI w, VI x) {
     int32_t s = 0;
     for (int i = 0; i < 4; ++i) s += static_cast<int32_t>(static_cast<uint8_t>(w >> (8 * i))) * s8_of(x, i);
     return acc + static_cast<uint32_t>(s);
   }
-  static VI dot_s8(VI acc, VI w, VI x) {
+  NPULLM_HOT static VI dot_s8(VI acc, VI w, VI x) {
     int32_t s = 0;
     for (int i = 0; i < 4; ++i) s += static_cast<int32_t>(s8_of(w, i)) * s8_of(x, i);
     return acc + static_cast<uint32_t>(s);
   }
-  static VI madd16(VI acc, VI a, VI b) {
+  NPULLM_HOT static VI madd16(VI acc, VI a, VI b) {
     const int32_t s = int32_t{s16_of(a, 0)} * s16_of(b, 0) + int32_t{s16_of(a, 1)} * s16_of(b, 1);
     return acc + static_cast<uint32_t>(s);
   }
-  static VI sext8(VI v, int i) { return static_cast<uint32_t>(static_cast<int32_t>(s8_of(v, i))); }
-  static VI hbit4(VI h, int s) {
+  NPULLM_HOT static VI sext8(VI v, int i) { return static_cast<uint32_t>(static_cast<int32_t>(s8_of(v, i))); }
+  NPULLM_HOT static VI hbit4(VI h, int s) {
     VI r = 0;
     for (int i = 0; i < 4; ++i) r |= ((h >> (s + i)) & 1u) << (8 * i + 4);
     return r;
   }
-  static void tload4(const uint8_t* const* rows, int64_t off, VI* out) {
+  NPULLM_HOT static void tload4(const uint8_t* const* rows, int64_t off, VI* out) {
     for (int g = 0; g < 4; ++g) out[g] = u32_at(rows[0] + off + 4 * g);
   }
-  static void tload8(const uint8_t* const* rows, int64_t off, VI* out) {
+  NPULLM_HOT static void tload8(const uint8_t* const* rows, int64_t off, VI* out) {
     for (int g = 0; g < 8; ++g) out[g] = u32_at(rows[0] + off + 4 * g);
   }
-  static VI gather32(const Panel<ScalarIO>& p, int64_t off) { return u32_at(p.rows[0] + off); }
-  static VF f16lo(VI v) { return fp16_to_fp32(static_cast<uint16_t>(v)); }
-  static VF f16hi(VI v) { return fp16_to_fp32(static_cast<uint16_t>(v >> 16)); }
+  NPULLM_HOT static VI gather32(const Panel<ScalarIO>& p, int64_t off) { return u32_at(p.rows[0] + off); }
+  NPULLM_HOT static VF f16lo(VI v) { return fp16_to_fp32(static_cast<uint16_t>(v)); }
+  NPULLM_HOT static VF f16hi(VI v) { return fp16_to_fp32(static_cast<uint16_t>(v >> 16)); }
 
-  static VF zerof() { return 0.0f; }
-  static VF bcastf(float f) { return f; }
-  static VF addf(VF a, VF b) { return a + b; }
-  static VF mulf(VF a, VF b) { return a * b; }
-  static VF fmaf(VF a, VF b, VF c) { return std::fma(a, b, c); }
-  static VF cvt(VI v) { return static_cast<float>(static_cast<int32_t>(v)); }
-  static VF loadf_n(const float* p, int n) { return n > 0 ? *p : 0.0f; }
-  static void storef_n(float* p, VF v, int n) {
+  NPULLM_HOT static VF zerof() { return 0.0f; }
+  NPULLM_HOT static VF bcastf(float f) { return f; }
+  NPULLM_HOT static VF addf(VF a, VF b) { return a + b; }
+  NPULLM_HOT static VF mulf(VF a, VF b) { return a * b; }
+  NPULLM_HOT static VF fmaf(VF a, VF b, VF c) { return std::fma(a, b, c); }
+  NPULLM_HOT static VF cvt(VI v) { return static_cast<float>(static_cast<int32_t>(v)); }
+  NPULLM_HOT static VF loadf_n(const float* p, int n) { return n > 0 ? *p : 0.0f; }
+  NPULLM_HOT static void storef_n(float* p, VF v, int n) {
     if (n > 0) *p = v;
   }
 
-  static void quant_block32(const float* x, int8_t* q, float* d, int32_t* s16) {
+  NPULLM_HOT static void quant_block32(const float* x, int8_t* q, float* d, int32_t* s16) {
     float amax = 0.0f;
     for (int j = 0; j < 32; ++j) amax = std::max(amax, std::fabs(x[j]));
     const float id = amax != 0.0f ? 127.0f / amax : 0.0f;
@@ -184,7 +184,7 @@ struct ScalarIO {
     }
     *d = fp16_to_fp32(fp32_to_fp16(amax / 127.0f));
   }
-  static void quant_block256(const float* x, int8_t* q, float* d, int32_t* s16) {
+  NPULLM_HOT static void quant_block256(const float* x, int8_t* q, float* d, int32_t* s16) {
     float amax = 0.0f;
     for (int j = 0; j < 256; ++j) amax = std::max(amax, std::fabs(x[j]));
     for (int i = 0; i < 16; ++i) s16[i] = 0;

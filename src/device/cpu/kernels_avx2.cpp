@@ -144,40 +144,45 @@ struct Avx2IO {
   static constexpr int R = 8;
   static constexpr bool kVnni = false;
 
-  static VI zero() { return _mm256_setzero_si256(); }
-  static VI set1(int32_t v) { return _mm256_set1_epi32(v); }
-  static VI load(const int32_t* p) { return _mm256_loadu_si256(reinterpret_cast<const __m256i*>(p)); }
-  static VI bcast32(const void* p) {
+  NPULLM_HOT static VI zero() { return _mm256_setzero_si256(); }
+  NPULLM_HOT static VI set1(int32_t v) { return _mm256_set1_epi32(v); }
+  NPULLM_HOT static VI load(const int32_t* p) { return _mm256_loadu_si256(reinterpret_cast<const __m256i*>(p)); }
+  NPULLM_HOT static VI bcast32(const void* p) {
     int32_t v;
     std::memcpy(&v, p, 4);
     return _mm256_set1_epi32(v);
   }
-  static VI and_(VI v, int32_t imm) { return _mm256_and_si256(v, _mm256_set1_epi32(imm)); }
-  static VI or_(VI a, VI b) { return _mm256_or_si256(a, b); }
-  static VI xor_(VI v, int32_t imm) { return _mm256_xor_si256(v, _mm256_set1_epi32(imm)); }
-  static VI add(VI a, VI b) { return _mm256_add_epi32(a, b); }
-  static VI mullo(VI a, VI b) { return _mm256_mullo_epi32(a, b); }
-  static VI srli(VI v, int n) { return _mm256_srli_epi32(v, n); }
-  static VI slli(VI v, int n) { return _mm256_slli_epi32(v, n); }
-  static VI dot_u8(VI acc, VI w, VI x) {
+  NPULLM_HOT static VI and_(VI v, int32_t imm) { return _mm256_and_si256(v, _mm256_set1_epi32(imm)); }
+  NPULLM_HOT static VI or_(VI a, VI b) { return _mm256_or_si256(a, b); }
+  NPULLM_HOT static VI xor_(VI v, int32_t imm) { return _mm256_xor_si256(v, _mm256_set1_epi32(imm)); }
+  NPULLM_HOT static VI add(VI a, VI b) { return _mm256_add_epi32(a, b); }
+  NPULLM_HOT static VI mullo(VI a, VI b) { return _mm256_mullo_epi32(a, b); }
+  NPULLM_HOT static VI srli(VI v, int n) { return _mm256_srli_epi32(v, n); }
+  NPULLM_HOT static VI slli(VI v, int n) { return _mm256_slli_epi32(v, n); }
+  NPULLM_HOT static VI dot_u8(VI acc, VI w, VI x) {
     return _mm256_add_epi32(acc, _mm256_madd_epi16(_mm256_maddubs_epi16(w, x), _mm256_set1_epi16(1)));
   }
-  static VI dot_s8(VI acc, VI w, VI x) {
+  NPULLM_HOT static VI dot_s8(VI acc, VI w, VI x) {
     const VI p = _mm256_maddubs_epi16(_mm256_abs_epi8(w), _mm256_sign_epi8(x, w));
     return _mm256_add_epi32(acc, _mm256_madd_epi16(p, _mm256_set1_epi16(1)));
   }
-  static VI madd16(VI acc, VI a, VI b) { return _mm256_add_epi32(acc, _mm256_madd_epi16(a, b)); }
-  static VI sext8(VI v, int i) { return _mm256_srai_epi32(_mm256_slli_epi32(v, 24 - 8 * i), 24); }
-  // Multiplying the nibble by 0x02040810 puts bit i at bit 8i + 4 (the four shifted copies do not
-  // overlap, so nothing carries).
-  static VI hbit4(VI h, int s) {
-    const VI nib = _mm256_and_si256(_mm256_srli_epi32(h, s), _mm256_set1_epi32(0x0F));
-    return _mm256_and_si256(_mm256_mullo_epi32(nib, _mm256_set1_epi32(0x02040810)), _mm256_set1_epi32(0x10101010));
+  NPULLM_HOT static VI madd16(VI acc, VI a, VI b) { return _mm256_add_epi32(acc, _mm256_madd_epi16(a, b)); }
+  NPULLM_HOT static VI sext8(VI v, int i) { return _mm256_srai_epi32(_mm256_slli_epi32(v, 24 - 8 * i), 24); }
+  // Byte s / 8 of each lane copied to its 4 bytes (vpshufb), then byte i keeps bit s % 8 + i:
+  // compare with the single-bit masks gives 0xFF where set, and 0x10 of that.
+  NPULLM_HOT static VI hbit4(VI h, int s) {
+    const int byte = s / 8, bit = s % 8;
+    const VI idx = _mm256_add_epi8(_mm256_set1_epi8(static_cast<char>(byte)),
+                                   _mm256_setr_epi8(0, 0, 0, 0, 4, 4, 4, 4, 8, 8, 8, 8, 12, 12, 12, 12, 0, 0, 0, 0, 4,
+                                                    4, 4, 4, 8, 8, 8, 8, 12, 12, 12, 12));
+    const VI mask = _mm256_set1_epi32(static_cast<int32_t>(0x08040201u << bit));
+    const VI rep = _mm256_shuffle_epi8(h, idx);
+    return _mm256_and_si256(_mm256_cmpeq_epi8(_mm256_and_si256(rep, mask), mask), _mm256_set1_epi8(0x10));
   }
 
   // 16 bytes of rows 0..7 -> 4 vectors (dword g of row r in lane r of out[g]): vector i holds rows
   // i and 4 + i in its 128-bit lanes, then a 4x4 dword transpose inside each lane.
-  static void tload4(const uint8_t* const* rows, int64_t off, VI* out) {
+  NPULLM_HOT static void tload4(const uint8_t* const* rows, int64_t off, VI* out) {
     VI z[4];
     for (int i = 0; i < 4; ++i)
       z[i] = _mm256_inserti128_si256(
@@ -191,7 +196,7 @@ struct Avx2IO {
     out[3] = _mm256_unpackhi_epi64(t1, t3);
   }
   // 32 bytes of rows 0..7 -> 8 vectors: the classic 8x8 dword transpose.
-  static void tload8(const uint8_t* const* rows, int64_t off, VI* out) {
+  NPULLM_HOT static void tload8(const uint8_t* const* rows, int64_t off, VI* out) {
     VI y[8], u[8];
     for (int i = 0; i < 8; ++i) y[i] = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(rows[i] + off));
     for (int h = 0; h < 2; ++h) {
@@ -209,51 +214,51 @@ struct Avx2IO {
     }
   }
   // 8 dword loads into one vector (vmovd / vpinsrd: faster than vpgatherdd on AMD).
-  static VI gather32(const Panel<Avx2IO>& p, int64_t off) {
+  NPULLM_HOT static VI gather32(const Panel<Avx2IO>& p, int64_t off) {
     alignas(32) int32_t v[8];
     for (int r = 0; r < 8; ++r) std::memcpy(&v[r], p.rows[r] + off, 4);
     return _mm256_load_si256(reinterpret_cast<const __m256i*>(v));
   }
 
   // Low halves of the 8 lanes packed to 8 words (packus keeps them: they are below 65536).
-  static __m128i low_halves(VI v) {
+  NPULLM_HOT static __m128i low_halves(VI v) {
     const VI p = _mm256_packus_epi32(_mm256_and_si256(v, _mm256_set1_epi32(0xFFFF)), _mm256_setzero_si256());
     return _mm256_castsi256_si128(_mm256_permute4x64_epi64(p, 0x08));
   }
-  static VF f16lo(VI v) { return _mm256_cvtph_ps(low_halves(v)); }
-  static VF f16hi(VI v) { return _mm256_cvtph_ps(low_halves(_mm256_srli_epi32(v, 16))); }
+  NPULLM_HOT static VF f16lo(VI v) { return _mm256_cvtph_ps(low_halves(v)); }
+  NPULLM_HOT static VF f16hi(VI v) { return _mm256_cvtph_ps(low_halves(_mm256_srli_epi32(v, 16))); }
 
-  static VF zerof() { return _mm256_setzero_ps(); }
-  static VF bcastf(float f) { return _mm256_set1_ps(f); }
-  static VF addf(VF a, VF b) { return _mm256_add_ps(a, b); }
-  static VF mulf(VF a, VF b) { return _mm256_mul_ps(a, b); }
-  static VF fmaf(VF a, VF b, VF c) { return _mm256_fmadd_ps(a, b, c); }
-  static VF cvt(VI v) { return _mm256_cvtepi32_ps(v); }
-  static VF loadf_n(const float* p, int n) { return _mm256_maskload_ps(p, first_lanes(n)); }
-  static void storef_n(float* p, VF v, int n) { _mm256_maskstore_ps(p, first_lanes(n), v); }
+  NPULLM_HOT static VF zerof() { return _mm256_setzero_ps(); }
+  NPULLM_HOT static VF bcastf(float f) { return _mm256_set1_ps(f); }
+  NPULLM_HOT static VF addf(VF a, VF b) { return _mm256_add_ps(a, b); }
+  NPULLM_HOT static VF mulf(VF a, VF b) { return _mm256_mul_ps(a, b); }
+  NPULLM_HOT static VF fmaf(VF a, VF b, VF c) { return _mm256_fmadd_ps(a, b, c); }
+  NPULLM_HOT static VF cvt(VI v) { return _mm256_cvtepi32_ps(v); }
+  NPULLM_HOT static VF loadf_n(const float* p, int n) { return _mm256_maskload_ps(p, first_lanes(n)); }
+  NPULLM_HOT static void storef_n(float* p, VF v, int n) { _mm256_maskstore_ps(p, first_lanes(n), v); }
 
-  static float hmax(VF v) {
+  NPULLM_HOT static float hmax(VF v) {
     __m128 a = _mm_max_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
     a = _mm_max_ps(a, _mm_movehl_ps(a, a));
     a = _mm_max_ss(a, _mm_shuffle_ps(a, a, 1));
     return _mm_cvtss_f32(a);
   }
-  static int32_t hadd(VI v) {
+  NPULLM_HOT static int32_t hadd(VI v) {
     __m128i a = _mm_add_epi32(_mm256_castsi256_si128(v), _mm256_extracti128_si256(v, 1));
     a = _mm_add_epi32(a, _mm_shuffle_epi32(a, 0x4E));
     a = _mm_add_epi32(a, _mm_shuffle_epi32(a, 0xB1));
     return _mm_cvtsi128_si32(a);
   }
-  static VF absf(VF v) { return _mm256_andnot_ps(_mm256_set1_ps(-0.0f), v); }
+  NPULLM_HOT static VF absf(VF v) { return _mm256_andnot_ps(_mm256_set1_ps(-0.0f), v); }
   // 32 int32 in [-127, 127] -> 32 bytes in order (packs work per 128-bit lane; the permute undoes it).
-  static void store_i8x32(int8_t* q, VI i0, VI i1, VI i2, VI i3) {
+  NPULLM_HOT static void store_i8x32(int8_t* q, VI i0, VI i1, VI i2, VI i3) {
     const VI p = _mm256_packs_epi16(_mm256_packs_epi32(i0, i1), _mm256_packs_epi32(i2, i3));
     _mm256_storeu_si256(reinterpret_cast<__m256i*>(q),
                         _mm256_permutevar8x32_epi32(p, _mm256_setr_epi32(0, 4, 1, 5, 2, 6, 3, 7)));
   }
 
   // Activation blocks (kernels_int8.h, Numerics).
-  static void quant_block32(const float* x, int8_t* q, float* d, int32_t* s16) {
+  NPULLM_HOT static void quant_block32(const float* x, int8_t* q, float* d, int32_t* s16) {
     VF v[4];
     VF mx = _mm256_setzero_ps();
     for (int i = 0; i < 4; ++i) mx = _mm256_max_ps(mx, absf(v[i] = _mm256_loadu_ps(x + 8 * i)));
@@ -266,7 +271,7 @@ struct Avx2IO {
     s16[1] = hadd(_mm256_add_epi32(iv[2], iv[3]));
     *d = _cvtsh_ss(_cvtss_sh(amax / 127.0f, _MM_FROUND_TO_NEAREST_INT));
   }
-  static void quant_block256(const float* x, int8_t* q, float* d, int32_t* s16) {
+  NPULLM_HOT static void quant_block256(const float* x, int8_t* q, float* d, int32_t* s16) {
     VF mx = _mm256_setzero_ps();
     for (int i = 0; i < 32; ++i) mx = _mm256_max_ps(mx, absf(_mm256_loadu_ps(x + 8 * i)));
     const float amax = hmax(mx);

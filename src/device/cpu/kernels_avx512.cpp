@@ -130,26 +130,26 @@ struct Avx512IO {
   static constexpr int R = 16;
   static constexpr bool kVnni = true;
 
-  static VI zero() { return _mm512_setzero_si512(); }
-  static VI set1(int32_t v) { return _mm512_set1_epi32(v); }
-  static VI load(const int32_t* p) { return _mm512_loadu_si512(p); }
-  static VI bcast32(const void* p) {
+  NPULLM_HOT static VI zero() { return _mm512_setzero_si512(); }
+  NPULLM_HOT static VI set1(int32_t v) { return _mm512_set1_epi32(v); }
+  NPULLM_HOT static VI load(const int32_t* p) { return _mm512_loadu_si512(p); }
+  NPULLM_HOT static VI bcast32(const void* p) {
     int32_t v;
     std::memcpy(&v, p, 4);
     return _mm512_set1_epi32(v);
   }
-  static VI and_(VI v, int32_t imm) { return _mm512_and_si512(v, _mm512_set1_epi32(imm)); }
-  static VI or_(VI a, VI b) { return _mm512_or_si512(a, b); }
-  static VI xor_(VI v, int32_t imm) { return _mm512_xor_si512(v, _mm512_set1_epi32(imm)); }
-  static VI add(VI a, VI b) { return _mm512_add_epi32(a, b); }
-  static VI mullo(VI a, VI b) { return _mm512_mullo_epi32(a, b); }
-  static VI srli(VI v, int n) { return _mm512_srli_epi32(v, static_cast<unsigned>(n)); }
-  static VI slli(VI v, int n) { return _mm512_slli_epi32(v, static_cast<unsigned>(n)); }
-  static VI dot_u8(VI acc, VI w, VI x) { return _mm512_dpbusd_epi32(acc, w, x); }
-  static VI madd16(VI acc, VI a, VI b) { return _mm512_dpwssd_epi32(acc, a, b); }
-  static VI sext8(VI v, int i) { return _mm512_srai_epi32(_mm512_slli_epi32(v, static_cast<unsigned>(24 - 8 * i)), 24); }
+  NPULLM_HOT static VI and_(VI v, int32_t imm) { return _mm512_and_si512(v, _mm512_set1_epi32(imm)); }
+  NPULLM_HOT static VI or_(VI a, VI b) { return _mm512_or_si512(a, b); }
+  NPULLM_HOT static VI xor_(VI v, int32_t imm) { return _mm512_xor_si512(v, _mm512_set1_epi32(imm)); }
+  NPULLM_HOT static VI add(VI a, VI b) { return _mm512_add_epi32(a, b); }
+  NPULLM_HOT static VI mullo(VI a, VI b) { return _mm512_mullo_epi32(a, b); }
+  NPULLM_HOT static VI srli(VI v, int n) { return _mm512_srli_epi32(v, static_cast<unsigned>(n)); }
+  NPULLM_HOT static VI slli(VI v, int n) { return _mm512_slli_epi32(v, static_cast<unsigned>(n)); }
+  NPULLM_HOT static VI dot_u8(VI acc, VI w, VI x) { return _mm512_dpbusd_epi32(acc, w, x); }
+  NPULLM_HOT static VI madd16(VI acc, VI a, VI b) { return _mm512_dpwssd_epi32(acc, a, b); }
+  NPULLM_HOT static VI sext8(VI v, int i) { return _mm512_srai_epi32(_mm512_slli_epi32(v, static_cast<unsigned>(24 - 8 * i)), 24); }
   // Bits s..s+3 of each lane pick one of 16 dwords that have 0x10 in byte i where bit i is set.
-  static VI hbit4(VI h, int s) {
+  NPULLM_HOT static VI hbit4(VI h, int s) {
     const VI table = _mm512_setr_epi32(0x00000000, 0x00000010, 0x00001000, 0x00001010, 0x00100000, 0x00100010,
                                        0x00101000, 0x00101010, 0x10000000, 0x10000010, 0x10001000, 0x10001010,
                                        0x10100000, 0x10100010, 0x10101000, 0x10101010);
@@ -159,7 +159,7 @@ struct Avx512IO {
   // 16 bytes of rows 0..15 -> 4 vectors, dword g of row r in lane r of out[g]. Vector i holds
   // rows i, 4 + i, 8 + i, 12 + i in its four 128-bit lanes; a 4x4 dword transpose inside each
   // 128-bit lane then puts row 4p + i in lane 4p + i.
-  static void tload4(const uint8_t* const* rows, int64_t off, VI* out) {
+  NPULLM_HOT static void tload4(const uint8_t* const* rows, int64_t off, VI* out) {
     VI z[4];
     for (int i = 0; i < 4; ++i) {
       __m512i v = _mm512_castsi128_si512(_mm_loadu_si128(reinterpret_cast<const __m128i*>(rows[i] + off)));
@@ -176,7 +176,7 @@ struct Avx512IO {
   }
   // 32 bytes of rows 0..15 -> 8 vectors. Vector i holds rows i (low 256 bits) and 8 + i (high);
   // an 8x8 dword transpose inside each 256-bit half (two unpack stages, then 128-bit lane moves).
-  static void tload8(const uint8_t* const* rows, int64_t off, VI* out) {
+  NPULLM_HOT static void tload8(const uint8_t* const* rows, int64_t off, VI* out) {
     VI y[8];
     for (int i = 0; i < 8; ++i) {
       const __m512i v = _mm512_castsi256_si512(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(rows[i] + off)));
@@ -202,27 +202,27 @@ struct Avx512IO {
   // 16 dword loads into one vector. Written as scalar loads into an array: GCC turns this into
   // vmovd / vpinsrd chains, which measured faster than vpgatherdd (slow on AMD) and than a
   // store-then-load through memory (store forwarding fails).
-  static VI gather32(const Panel<Avx512IO>& p, int64_t off) {
+  NPULLM_HOT static VI gather32(const Panel<Avx512IO>& p, int64_t off) {
     alignas(64) int32_t v[16];
     for (int r = 0; r < 16; ++r) std::memcpy(&v[r], p.rows[r] + off, 4);
     return _mm512_load_si512(v);
   }
 
-  static VF f16lo(VI v) { return _mm512_cvtph_ps(_mm512_cvtepi32_epi16(v)); }
-  static VF f16hi(VI v) { return _mm512_cvtph_ps(_mm512_cvtepi32_epi16(_mm512_srli_epi32(v, 16))); }
+  NPULLM_HOT static VF f16lo(VI v) { return _mm512_cvtph_ps(_mm512_cvtepi32_epi16(v)); }
+  NPULLM_HOT static VF f16hi(VI v) { return _mm512_cvtph_ps(_mm512_cvtepi32_epi16(_mm512_srli_epi32(v, 16))); }
 
-  static VF zerof() { return _mm512_setzero_ps(); }
-  static VF bcastf(float f) { return _mm512_set1_ps(f); }
-  static VF addf(VF a, VF b) { return _mm512_add_ps(a, b); }
-  static VF mulf(VF a, VF b) { return _mm512_mul_ps(a, b); }
-  static VF fmaf(VF a, VF b, VF c) { return _mm512_fmadd_ps(a, b, c); }
-  static VF cvt(VI v) { return _mm512_cvtepi32_ps(v); }
-  static VF loadf_n(const float* p, int n) { return _mm512_maskz_loadu_ps(first_lanes(n), p); }
-  static void storef_n(float* p, VF v, int n) { _mm512_mask_storeu_ps(p, first_lanes(n), v); }
+  NPULLM_HOT static VF zerof() { return _mm512_setzero_ps(); }
+  NPULLM_HOT static VF bcastf(float f) { return _mm512_set1_ps(f); }
+  NPULLM_HOT static VF addf(VF a, VF b) { return _mm512_add_ps(a, b); }
+  NPULLM_HOT static VF mulf(VF a, VF b) { return _mm512_mul_ps(a, b); }
+  NPULLM_HOT static VF fmaf(VF a, VF b, VF c) { return _mm512_fmadd_ps(a, b, c); }
+  NPULLM_HOT static VF cvt(VI v) { return _mm512_cvtepi32_ps(v); }
+  NPULLM_HOT static VF loadf_n(const float* p, int n) { return _mm512_maskz_loadu_ps(first_lanes(n), p); }
+  NPULLM_HOT static void storef_n(float* p, VF v, int n) { _mm512_mask_storeu_ps(p, first_lanes(n), v); }
 
   // Activation blocks (kernels_int8.h, Numerics). cvtps_epi32 rounds to nearest even (MXCSR
   // default), as nearbyint does in the scalar path.
-  static void quant_block32(const float* x, int8_t* q, float* d, int32_t* s16) {
+  NPULLM_HOT static void quant_block32(const float* x, int8_t* q, float* d, int32_t* s16) {
     const VF v0 = _mm512_loadu_ps(x), v1 = _mm512_loadu_ps(x + 16);
     const float amax = _mm512_reduce_max_ps(_mm512_max_ps(_mm512_abs_ps(v0), _mm512_abs_ps(v1)));
     const float id = amax != 0.0f ? 127.0f / amax : 0.0f;
@@ -234,7 +234,7 @@ struct Avx512IO {
     s16[1] = _mm512_reduce_add_epi32(i1);
     *d = _cvtsh_ss(_cvtss_sh(amax / 127.0f, _MM_FROUND_TO_NEAREST_INT));
   }
-  static void quant_block256(const float* x, int8_t* q, float* d, int32_t* s16) {
+  NPULLM_HOT static void quant_block256(const float* x, int8_t* q, float* d, int32_t* s16) {
     VF mx = _mm512_setzero_ps();
     for (int i = 0; i < 16; ++i) mx = _mm512_max_ps(mx, _mm512_abs_ps(_mm512_loadu_ps(x + 16 * i)));
     const float amax = _mm512_reduce_max_ps(mx);

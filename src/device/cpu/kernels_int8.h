@@ -59,6 +59,10 @@ namespace npullm::cpu::detail {
 namespace {
 
 #define NPULLM_UNROLL_I8 _Pragma("GCC unroll 16")
+// The decoders, tiles and IO primitives must inline into the block loop: out of line, the
+// transposed loads pass their vectors through memory and the row pointers spill (measured 25 %
+// slower), and GCC's size heuristics do not always inline them on their own.
+#define NPULLM_HOT inline __attribute__((always_inline))
 
 // ---- which types, which activation format --------------------------------------------------------
 
@@ -165,7 +169,7 @@ inline void make_panel(const uint8_t* W, size_t row_bytes, int64_t n, int64_t n_
 //   Q6_K:         G[4j + g] for sub-block j of 16, sc[j] (int32, signed), d (VF)
 
 template <class IO, GgmlType T>
-inline void decode_unit(const Panel<IO>& p, int64_t u, typename IO::VI* dec) {
+NPULLM_HOT void decode_unit(const Panel<IO>& p, int64_t u, typename IO::VI* dec) {
   using VI = typename IO::VI;
   using VF = typename IO::VF;
   VF* decf = reinterpret_cast<VF*>(dec);
@@ -271,12 +275,104 @@ inline void decode_unit(const Panel<IO>& p, int64_t u, typename IO::VI* dec) {
   }
 }
 
+// Two consecutive blocks of the nibble types at once (blocks u and u + 1, into dec0 and dec1):
+// one transposed 32-byte load at the first block covers both headers and most quants, where
+// single blocks need a 16-byte load plus one or two 4-byte loads per row. The 32 bytes are
+//   Q4_0 (18 B blocks): d0 | qs0 (bytes 2..17) | d1 (18..19) | qs1[0..11]   + 16 B at 20: qs1
+//   Q4_1 (20 B):        d0 m0 | qs0 (4..19) | d1 m1 (20..23) | qs1[0..7]   + 16 B at 24: qs1
+//   Q5_0 (22 B):        d0 | qh0 (2..5) | qs0 (6..21) | d1 (22..23) | qh1 (24..27) | qs1[0..3]
+//                                                                          + 16 B at 28: qs1
+//   Q5_1 (24 B):        d0 m0 | qh0 | qs0 (8..23) | d1 m1 | qh1            + 16 B at 32: qs1
+// Fields that straddle dwords (2-byte offsets) are rebuilt with a shift pair. Every byte read
+// lies inside the two blocks.
+constexpr bool has_pair_decode(GgmlType t) {
+  return t == GgmlType::Q4_0 || t == GgmlType::Q4_1 || t == GgmlType::Q5_0 || t == GgmlType::Q5_1;
+}
+
+// dword g of the bytes starting 2 bytes into dword a (t[a] >> 16 | t[a + 1] << 16).
+template <class IO>
+NPULLM_HOT typename IO::VI mid_dword(const typename IO::VI* t, int a) {
+  return IO::or_(IO::srli(t[a], 16), IO::slli(t[a + 1], 16));
+}
+
+// G vectors of one block from its 4 qs dwords (and, for Q5, its qh).
+template <class IO, bool kFive>
+NPULLM_HOT void nibbles_to_g(const typename IO::VI* qs, typename IO::VI qh, typename IO::VI* dec) {
+  NPULLM_UNROLL_I8
+  for (int g = 0; g < 4; ++g) {
+    dec[g] = IO::and_(qs[g], 0x0F0F0F0F);
+    dec[g + 4] = IO::and_(IO::srli(qs[g], 4), 0x0F0F0F0F);
+  }
+  if constexpr (kFive) {
+    NPULLM_UNROLL_I8
+    for (int g = 0; g < 8; ++g) dec[g] = IO::or_(dec[g], IO::hbit4(qh, 4 * g));
+  }
+}
+
+template <class IO, GgmlType T>
+NPULLM_HOT void decode_pair(const Panel<IO>& p, int64_t u, typename IO::VI* dec0, typename IO::VI* dec1) {
+  using VI = typename IO::VI;
+  using VF = typename IO::VF;
+  constexpr int64_t tsz = T == GgmlType::Q4_0 ? 18 : T == GgmlType::Q4_1 ? 20 : T == GgmlType::Q5_0 ? 22 : 24;
+  constexpr bool five = T == GgmlType::Q5_0 || T == GgmlType::Q5_1;
+  const int64_t o = u * tsz;
+  VI t[8], q1[4], q0[4];
+  IO::tload8(p.rows, o, t);
+  IO::tload4(p.rows, o + tsz + (tsz - 16), q1);  // the second block's qs: its last 16 bytes
+  VI dm0, dm1, qh0 = IO::zero(), qh1 = IO::zero();
+  if constexpr (T == GgmlType::Q4_0) {
+    for (int g = 0; g < 4; ++g) q0[g] = mid_dword<IO>(t, g);
+    dm0 = t[0];
+    dm1 = IO::srli(t[4], 16);
+  } else if constexpr (T == GgmlType::Q4_1) {
+    for (int g = 0; g < 4; ++g) q0[g] = t[1 + g];
+    dm0 = t[0];
+    dm1 = t[5];
+  } else if constexpr (T == GgmlType::Q5_0) {
+    for (int g = 0; g < 4; ++g) q0[g] = mid_dword<IO>(t, 1 + g);
+    dm0 = t[0];
+    qh0 = mid_dword<IO>(t, 0);
+    dm1 = IO::srli(t[5], 16);
+    qh1 = t[6];
+  } else {
+    static_assert(T == GgmlType::Q5_1);
+    for (int g = 0; g < 4; ++g) q0[g] = t[2 + g];
+    dm0 = t[0];
+    qh0 = t[1];
+    dm1 = t[6];
+    qh1 = t[7];
+  }
+  nibbles_to_g<IO, five>(q0, qh0, dec0);
+  nibbles_to_g<IO, five>(q1, qh1, dec1);
+  VF* f0 = reinterpret_cast<VF*>(dec0);
+  VF* f1 = reinterpret_cast<VF*>(dec1);
+  f0[8] = IO::f16lo(dm0);
+  f1[8] = IO::f16lo(dm1);
+  if constexpr (T == GgmlType::Q4_1 || T == GgmlType::Q5_1) {
+    f0[9] = IO::f16hi(dm0);
+    f1[9] = IO::f16hi(dm1);
+  }
+}
+
+// Decodes units [u, u + n) (n = 1 or 2) of a panel into dec (unit stride V vectors).
+template <class IO, GgmlType T>
+NPULLM_HOT void decode_units(const Panel<IO>& p, int64_t u, int n, typename IO::VI* dec) {
+  constexpr int V = unit_vecs(T);
+  if constexpr (has_pair_decode(T)) {
+    if (n == 2) {
+      decode_pair<IO, T>(p, u, dec, dec + V);
+      return;
+    }
+  }
+  for (int i = 0; i < n; ++i) decode_unit<IO, T>(p, u + i, dec + i * V);
+}
+
 // ---- per-type tile: one unit, TM rows of x (from xm) by P decoded panels -----------------------
 //
 // facc[m][p] is the float chain of x row xm + m against the rows of panel p (see Numerics).
 
 template <class IO, GgmlType T, int TM, int P>
-inline void tile_unit(const typename IO::VI* const* dec, const XQ& x, int64_t xm, int64_t u,
+NPULLM_HOT void tile_unit(const typename IO::VI* const* dec, const XQ& x, int64_t xm, int64_t u,
                       typename IO::VF (&facc)[TM][P]) {
   using VI = typename IO::VI;
   using VF = typename IO::VF;
@@ -468,7 +564,7 @@ inline void store_outputs(typename IO::VF acc, const float* bias, const float* r
 }
 
 template <class IO, GgmlType T, int TM, int P>
-inline void run_units(const typename IO::VI* const* dec, int64_t unit_stride_vecs, int64_t nu, const XQ& x,
+NPULLM_HOT void run_units(const typename IO::VI* const* dec, int64_t unit_stride_vecs, int64_t nu, const XQ& x,
                       int64_t xm, typename IO::VF (&facc)[TM][P]) {
   const typename IO::VI* d[P];
   for (int q = 0; q < P; ++q) d[q] = dec[q];
@@ -486,15 +582,20 @@ void gemv_panels(const uint8_t* W, size_t row_bytes, int64_t nu, const XQ& x, in
   using VF = typename IO::VF;
   Panel<IO> pan[P];
   for (int q = 0; q < P; ++q) make_panel<IO>(W, row_bytes, n + q * IO::R, n_end, pan[q]);
-  alignas(64) VI buf[P][unit_vecs(T)];
-  const VI* dec[P];
-  for (int q = 0; q < P; ++q) dec[q] = buf[q];
+  constexpr int V = unit_vecs(T);
+  constexpr int S = has_pair_decode(T) ? 2 : 1;  // units decoded per step
+  alignas(64) VI buf[P][S * V];
   VF facc[TM][P];
   for (int m = 0; m < TM; ++m)
     for (int q = 0; q < P; ++q) facc[m][q] = IO::zerof();
-  for (int64_t u = 0; u < nu; ++u) {
-    for (int q = 0; q < P; ++q) decode_unit<IO, T>(pan[q], u, buf[q]);
-    tile_unit<IO, T, TM, P>(dec, x, 0, u, facc);
+  for (int64_t u = 0; u < nu; u += S) {
+    const int n = nu - u < S ? 1 : S;
+    for (int q = 0; q < P; ++q) decode_units<IO, T>(pan[q], u, n, buf[q]);
+    for (int i = 0; i < n; ++i) {
+      const VI* dec[P];
+      for (int q = 0; q < P; ++q) dec[q] = buf[q] + i * V;
+      tile_unit<IO, T, TM, P>(dec, x, 0, u + i, facc);
+    }
   }
   for (int m = 0; m < TM; ++m)
     for (int q = 0; q < P; ++q)
@@ -515,7 +616,7 @@ void gemm_panels(const uint8_t* W, size_t row_bytes, int64_t nu, const XQ& x, in
   for (int q = 0; q < P; ++q) {
     make_panel<IO>(W, row_bytes, n + q * IO::R, n_end, pan[q]);
     VI* d = pbuf + q * nu * V;
-    for (int64_t u = 0; u < nu; ++u) decode_unit<IO, T>(pan[q], u, d + u * V);
+    for (int64_t u = 0; u < nu; u += 2) decode_units<IO, T>(pan[q], u, nu - u < 2 ? 1 : 2, d + u * V);
     dec[q] = d;
   }
   int64_t m = 0;
