@@ -19,6 +19,7 @@ void add_compile(CLI::App& app, Actions& actions);
 void add_inspect(CLI::App& app, Actions& actions);
 void add_logits(CLI::App& app, Actions& actions);
 void add_tokenize(CLI::App& app, Actions& actions);
+void add_bench(CLI::App& app, Actions& actions);
 void add_synth(CLI::App& app, Actions& actions);
 void add_chat_template(CLI::App& app, Actions& actions);
 

@@ -17,6 +17,7 @@ int main(int argc, char** argv) {
   npullm::cli::add_inspect(app, actions);
   npullm::cli::add_logits(app, actions);
   npullm::cli::add_tokenize(app, actions);
+  npullm::cli::add_bench(app, actions);
   npullm::cli::add_synth(app, actions);
   try {
     app.parse(argc, argv);

@@ -104,6 +104,8 @@ LlmRuntime::LlmRuntime(const std::string& model_path, RuntimeConfig cfg) : cfg_(
 
 LlmRuntime::~LlmRuntime() = default;
 
+int LlmRuntime::device_threads() const { return device_->threads(); }
+
 std::string LlmRuntime::device_name() const { return device_->name() + ", " + std::to_string(device_->threads()) + " threads"; }
 
 void LlmRuntime::load_blobs() {

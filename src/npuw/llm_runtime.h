@@ -78,6 +78,7 @@ class LlmRuntime {
   const RuntimeStats& stats() const { return stats_; }
   void clear_variants_used() { stats_.variants_used.clear(); }  // start a new window of variants_used
   std::string device_name() const;
+  int device_threads() const;
 
   // Runs `ids` through the prefill blob at the current position (in chunks of P) and returns the
   // logits after the last one (valid until the next call). If `all_logits` is given, it receives

@@ -74,21 +74,6 @@ struct ScalarOps {
   static V load_w_tail(const uint8_t* row, int64_t k, int n) {
     return n > 0 ? load_w<T>(row, k) : 0.0f;
   }
-  template <GgmlType T>
-  static void load_block(const uint8_t* blk, V* out) {
-    const float d = fp16_to_fp32(u16_at(blk));
-    if constexpr (T == GgmlType::Q8_0) {
-      const auto* qs = reinterpret_cast<const int8_t*>(blk + 2);
-      for (int j = 0; j < 32; ++j) out[j] = static_cast<float>(qs[j]) * d;
-    } else {
-      static_assert(T == GgmlType::Q4_0);
-      const uint8_t* qs = blk + 2;
-      for (int j = 0; j < 16; ++j) {
-        out[j] = static_cast<float>((qs[j] & 0x0F) - 8) * d;
-        out[j + 16] = static_cast<float>((qs[j] >> 4) - 8) * d;
-      }
-    }
-  }
 };
 
 

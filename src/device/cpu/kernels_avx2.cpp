@@ -100,34 +100,6 @@ struct Avx2Ops {
       else return cvt_bf16(h);
     }
   }
-
-  // The 32 values of a block as 4 vectors, each element q * d in one rounding (as dequantize_row).
-  template <GgmlType T>
-  static void load_block(const uint8_t* blk, V* out) {
-    const V d = _mm256_set1_ps(_cvtsh_ss(u16_at(blk)));
-    if constexpr (T == GgmlType::Q8_0) {
-#pragma GCC unroll 4
-      for (int c = 0; c < 4; ++c) {
-        const __m128i q8 = _mm_loadl_epi64(reinterpret_cast<const __m128i*>(blk + 2 + 8 * c));
-        out[c] = _mm256_mul_ps(_mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(q8)), d);
-      }
-    } else {
-      static_assert(T == GgmlType::Q4_0);
-      // Byte j holds element j (low nibble) and j + 16 (high nibble).
-      const __m128i qs = _mm_loadu_si128(reinterpret_cast<const __m128i*>(blk + 2));
-      const __m256i b0 = _mm256_cvtepu8_epi32(qs);                     // bytes 0..7
-      const __m256i b1 = _mm256_cvtepu8_epi32(_mm_srli_si128(qs, 8));  // bytes 8..15
-      const __m256i low = _mm256_set1_epi32(0x0F), eight = _mm256_set1_epi32(8);
-      const __m256i q[4] = {
-          _mm256_sub_epi32(_mm256_and_si256(b0, low), eight),   // elements 0..7
-          _mm256_sub_epi32(_mm256_and_si256(b1, low), eight),   // 8..15
-          _mm256_sub_epi32(_mm256_srli_epi32(b0, 4), eight),    // 16..23
-          _mm256_sub_epi32(_mm256_srli_epi32(b1, 4), eight),    // 24..31
-      };
-#pragma GCC unroll 4
-      for (int c = 0; c < 4; ++c) out[c] = _mm256_mul_ps(_mm256_cvtepi32_ps(q[c]), d);
-    }
-  }
 };
 
 

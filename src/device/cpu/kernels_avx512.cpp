@@ -97,28 +97,6 @@ struct Avx512Ops {
       else return cvt_bf16(h);
     }
   }
-
-  // The 32 values of a block as 2 vectors, each element q * d in one rounding (as dequantize_row).
-  template <GgmlType T>
-  static void load_block(const uint8_t* blk, V* out) {
-    const V d = _mm512_set1_ps(_cvtsh_ss(u16_at(blk)));
-    if constexpr (T == GgmlType::Q8_0) {
-#pragma GCC unroll 2
-      for (int c = 0; c < 2; ++c) {
-        const __m128i q8 = _mm_loadu_si128(reinterpret_cast<const __m128i*>(blk + 2 + 16 * c));
-        out[c] = _mm512_mul_ps(_mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(q8)), d);
-      }
-    } else {
-      static_assert(T == GgmlType::Q4_0);
-      // Byte j holds element j (low nibble) and j + 16 (high nibble).
-      const __m512i b = _mm512_cvtepu8_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(blk + 2)));
-      const __m512i eight = _mm512_set1_epi32(8);
-      const __m512i lo = _mm512_sub_epi32(_mm512_and_si512(b, _mm512_set1_epi32(0x0F)), eight);
-      const __m512i hi = _mm512_sub_epi32(_mm512_srli_epi32(b, 4), eight);
-      out[0] = _mm512_mul_ps(_mm512_cvtepi32_ps(lo), d);
-      out[1] = _mm512_mul_ps(_mm512_cvtepi32_ps(hi), d);
-    }
-  }
 };
 
 

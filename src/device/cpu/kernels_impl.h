@@ -70,12 +70,10 @@ constexpr int64_t kChunkM = 32;
 constexpr int64_t kMaxLanes = 16;  // the widest W; sizes the accumulator area of `work`
 constexpr int64_t kAccFloats = kChunkM * kBlockRows * kMaxLanes;
 
-constexpr bool is_q32(GgmlType t) { return t == GgmlType::Q8_0 || t == GgmlType::Q4_0; }
-constexpr int64_t q32_bytes(GgmlType t) { return t == GgmlType::Q8_0 ? 34 : 18; }
-
-// The types with vectorised loaders (fused decode path and fast dequantisation).
+// The types with vectorised F32 loaders (fused decode path and fast conversion). The block-
+// quantised types with int8 kernels (kernels_int8.h) never reach matmul_impl.
 constexpr bool has_loader(GgmlType t) {
-  return t == GgmlType::F32 || t == GgmlType::F16 || t == GgmlType::BF16 || is_q32(t);
+  return t == GgmlType::F32 || t == GgmlType::F16 || t == GgmlType::BF16;
 }
 
 // Ops interface (V is the vector type, W its lane count):
@@ -83,7 +81,6 @@ constexpr bool has_loader(GgmlType t) {
 //   add(a, b), sub(a, b), mul(a, b), div(a, b), max(a, b), hsum(v), hmax(v), exp(v)
 //   load_w<T>(row, k): W elements of a row of per-element type T (F32, F16, BF16) from element k
 //   load_w_tail<T>(row, k, n): n < W of them, the rest zero
-//   load_block<T>(blk, out[32 / W]): the 32 dequantised values of a Q8_0 / Q4_0 block
 
 // ---- matmul ----------------------------------------------------------------------------------
 
@@ -95,35 +92,19 @@ inline void gemv_tile(const float* x, int64_t K, const uint8_t* w0, size_t row_b
   V acc[R];
   NPULLM_UNROLL
   for (int r = 0; r < R; ++r) acc[r] = Ops::zero();
-  if constexpr (is_q32(T)) {
-    constexpr int C = 32 / W;
-    for (int64_t b = 0; b < K / 32; ++b) {
-      V xv[C];
-      NPULLM_UNROLL
-      for (int c = 0; c < C; ++c) xv[c] = Ops::load(x + b * 32 + c * W);
-      NPULLM_UNROLL
-      for (int r = 0; r < R; ++r) {
-        V wv[C];
-        Ops::template load_block<T>(w0 + r * row_bytes + b * q32_bytes(T), wv);
-        NPULLM_UNROLL
-        for (int c = 0; c < C; ++c) acc[r] = Ops::fma(wv[c], xv[c], acc[r]);
-      }
-    }
-  } else {
-    int64_t k = 0;
-    for (; k + W <= K; k += W) {
-      const V xv = Ops::load(x + k);
-      NPULLM_UNROLL
-      for (int r = 0; r < R; ++r)
-        acc[r] = Ops::fma(Ops::template load_w<T>(w0 + r * row_bytes, k), xv, acc[r]);
-    }
-    if (k < K) {
-      const int n = static_cast<int>(K - k);
-      const V xv = Ops::load_tail(x + k, n);
-      NPULLM_UNROLL
-      for (int r = 0; r < R; ++r)
-        acc[r] = Ops::fma(Ops::template load_w_tail<T>(w0 + r * row_bytes, k, n), xv, acc[r]);
-    }
+  int64_t k = 0;
+  for (; k + W <= K; k += W) {
+    const V xv = Ops::load(x + k);
+    NPULLM_UNROLL
+    for (int r = 0; r < R; ++r)
+      acc[r] = Ops::fma(Ops::template load_w<T>(w0 + r * row_bytes, k), xv, acc[r]);
+  }
+  if (k < K) {
+    const int n = static_cast<int>(K - k);
+    const V xv = Ops::load_tail(x + k, n);
+    NPULLM_UNROLL
+    for (int r = 0; r < R; ++r)
+      acc[r] = Ops::fma(Ops::template load_w_tail<T>(w0 + r * row_bytes, k, n), xv, acc[r]);
   }
   NPULLM_UNROLL
   for (int r = 0; r < R; ++r) dots[r] = Ops::hsum(acc[r]);
@@ -235,23 +216,12 @@ void gemm_block(const float* x, int64_t M, int64_t K, const float* w, int64_t ld
 // dst[0, K) = the exact dequantisation of one row (same values as dequantize_row).
 template <class Ops, GgmlType T>
 void dequant_row(const uint8_t* row, int64_t K, float* dst) {
-  using V = typename Ops::V;
   constexpr int W = Ops::W;
-  if constexpr (is_q32(T)) {
-    constexpr int C = 32 / W;
-    for (int64_t b = 0; b < K / 32; ++b) {
-      V wv[C];
-      Ops::template load_block<T>(row + b * q32_bytes(T), wv);
-      NPULLM_UNROLL
-      for (int c = 0; c < C; ++c) Ops::store(dst + b * 32 + c * W, wv[c]);
-    }
-  } else {
-    int64_t k = 0;
-    for (; k + W <= K; k += W) Ops::store(dst + k, Ops::template load_w<T>(row, k));
-    if (k < K) {
-      const int n = static_cast<int>(K - k);
-      Ops::store_tail(dst + k, Ops::template load_w_tail<T>(row, k, n), n);
-    }
+  int64_t k = 0;
+  for (; k + W <= K; k += W) Ops::store(dst + k, Ops::template load_w<T>(row, k));
+  if (k < K) {
+    const int n = static_cast<int>(K - k);
+    Ops::store_tail(dst + k, Ops::template load_w_tail<T>(row, k, n), n);
   }
 }
 
@@ -265,8 +235,6 @@ void matmul_impl(const float* x, int64_t M, int64_t K, const void* Wv, GgmlType 
       case GgmlType::F32: gemv_range<Ops, GgmlType::F32>(x, K, W, row_bytes, bias, res, out, n0, n1); return;
       case GgmlType::F16: gemv_range<Ops, GgmlType::F16>(x, K, W, row_bytes, bias, res, out, n0, n1); return;
       case GgmlType::BF16: gemv_range<Ops, GgmlType::BF16>(x, K, W, row_bytes, bias, res, out, n0, n1); return;
-      case GgmlType::Q8_0: gemv_range<Ops, GgmlType::Q8_0>(x, K, W, row_bytes, bias, res, out, n0, n1); return;
-      case GgmlType::Q4_0: gemv_range<Ops, GgmlType::Q4_0>(x, K, W, row_bytes, bias, res, out, n0, n1); return;
       default: break;
     }
   }
@@ -287,8 +255,6 @@ void matmul_impl(const float* x, int64_t M, int64_t K, const void* Wv, GgmlType 
       switch (wt) {
         case GgmlType::F16: dequant_row<Ops, GgmlType::F16>(row, K, dst); break;
         case GgmlType::BF16: dequant_row<Ops, GgmlType::BF16>(row, K, dst); break;
-        case GgmlType::Q8_0: dequant_row<Ops, GgmlType::Q8_0>(row, K, dst); break;
-        case GgmlType::Q4_0: dequant_row<Ops, GgmlType::Q4_0>(row, K, dst); break;
         default: dequantize_row(wt, row, dst, K); break;  // out-of-line, baseline code
       }
     }

@@ -1,0 +1,172 @@
+// npullm bench: prompt processing (pp) and token generation (tg) speed in the manner of llama-bench,
+// plus time to first token, peak RSS, K/V bytes copied per token, padding, and decode as a fraction
+// of the memory roofline measured on the spot.
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+#include <fmt/format.h>
+#include <nlohmann/json.hpp>
+#include <random>
+#include <sys/resource.h>
+
+#include "cli/bandwidth.h"
+#include "cli/commands.h"
+#include "common/error.h"
+#include "formats/gguf.h"
+
+namespace npullm::cli {
+
+namespace {
+
+struct BenchOptions {
+  std::string model;
+  int64_t n_prompt = 512, n_gen = 128, repetitions = 3, ttft_prompt = 32;
+  bool json = false;
+  RuntimeOptions rt;
+};
+
+using Clock = std::chrono::steady_clock;
+double seconds(Clock::time_point a, Clock::time_point b) { return std::chrono::duration<double>(b - a).count(); }
+
+struct MeanSd {
+  double mean = 0, sd = 0;
+};
+MeanSd mean_sd(const std::vector<double>& v) {
+  MeanSd m;
+  for (double x : v) m.mean += x;
+  m.mean /= static_cast<double>(v.size());
+  for (double x : v) m.sd += (x - m.mean) * (x - m.mean);
+  m.sd = v.size() > 1 ? std::sqrt(m.sd / static_cast<double>(v.size() - 1)) : 0.0;
+  return m;
+}
+double median(std::vector<double> v) {
+  std::sort(v.begin(), v.end());
+  return v[v.size() / 2];
+}
+
+// Bytes of weights one decoded token reads: every matrix once; of the embedding table only one row,
+// unless it doubles as the output matrix.
+double weight_bytes_per_token(const GgufFile& f) {
+  double total = 0;
+  const bool tied = f.find_tensor("output.weight") == nullptr;
+  for (const GgufTensorInfo& t : f.tensors()) {
+    if (t.name == "token_embd.weight" && !tied) total += static_cast<double>(t.n_bytes) / static_cast<double>(t.rows());
+    else total += static_cast<double>(t.n_bytes);
+  }
+  return total;
+}
+
+int run(BenchOptions& o) {
+  npuw::RuntimeConfig cfg = o.rt.resolve();
+  if (!o.rt.chunk_given) cfg.prefill_chunk = std::min<int64_t>(o.n_prompt, 512);
+  if (cfg.variants.empty()) {
+    // Room for the prompt and the generated tokens, in the default power-of-two steps.
+    cfg.max_prompt_len = std::max(o.n_prompt, o.ttft_prompt);
+    cfg.min_response_len = o.n_gen + 1;
+  }
+  npuw::LlmRuntime rt(o.model, cfg);
+  const int64_t V = rt.n_vocab();
+  std::mt19937 rng(1234);
+  auto random_ids = [&](int64_t n) {
+    std::vector<int32_t> ids(static_cast<size_t>(n));
+    for (int32_t& id : ids) id = static_cast<int32_t>(rng() % static_cast<uint32_t>(V));
+    return ids;
+  };
+  if (o.n_prompt + 1 > rt.capacity() || o.n_gen + 1 > rt.capacity())
+    fail("the K/V capacity {} is too small for -p {} / -n {}", rt.capacity(), o.n_prompt, o.n_gen);
+
+  // Warm-up: one short prefill and decode, so page faults and first-touch are not measured.
+  rt.reset();
+  rt.decode(static_cast<int32_t>(rng() % static_cast<uint32_t>(V)));
+
+  std::vector<double> pp, tg, ttft;
+  const npuw::RuntimeStats s0 = rt.stats();
+  for (int64_t r = 0; r < o.repetitions; ++r) {
+    if (o.n_prompt > 0) {
+      rt.reset();
+      const auto ids = random_ids(o.n_prompt);
+      const auto t0 = Clock::now();
+      rt.prefill(ids);
+      pp.push_back(static_cast<double>(o.n_prompt) / seconds(t0, Clock::now()));
+    }
+    if (o.n_gen > 0) {
+      rt.reset();
+      int32_t id = static_cast<int32_t>(rng() % static_cast<uint32_t>(V));
+      const auto t0 = Clock::now();
+      for (int64_t i = 0; i < o.n_gen; ++i) {
+        auto logits = rt.decode(id);
+        id = static_cast<int32_t>(std::max_element(logits.begin(), logits.end()) - logits.begin());
+      }
+      tg.push_back(static_cast<double>(o.n_gen) / seconds(t0, Clock::now()));
+    }
+    if (o.ttft_prompt > 0) {
+      rt.reset();
+      const auto ids = random_ids(o.ttft_prompt);
+      const auto t0 = Clock::now();
+      auto logits = rt.prefill(ids);
+      volatile auto first = std::max_element(logits.begin(), logits.end()) - logits.begin();
+      (void)first;
+      ttft.push_back(seconds(t0, Clock::now()) * 1000.0);
+    }
+  }
+  const npuw::RuntimeStats& s1 = rt.stats();
+  const double decoded = static_cast<double>(s1.decode_tokens - s0.decode_tokens);
+  const double computed = static_cast<double>((s1.prefill_tokens - s0.prefill_tokens) + (s1.padded_positions - s0.padded_positions));
+  const double padded_fraction = computed > 0 ? static_cast<double>(s1.padded_positions - s0.padded_positions) / computed : 0.0;
+  const double kv_copied_per_token = decoded > 0 ? static_cast<double>(s1.kv_bytes_copied - s0.kv_bytes_copied) / decoded : 0.0;
+
+  rusage ru{};
+  getrusage(RUSAGE_SELF, &ru);
+  const double peak_rss = static_cast<double>(ru.ru_maxrss) * 1024.0;
+  const double bandwidth = measure_read_bandwidth(rt.device_threads());
+  const MeanSd pps = pp.empty() ? MeanSd{} : mean_sd(pp), tgs = tg.empty() ? MeanSd{} : mean_sd(tg);
+  const double bytes_per_token = weight_bytes_per_token(rt.gguf());
+  const double roofline_fraction = bandwidth > 0 ? tgs.mean * bytes_per_token / bandwidth : 0.0;
+  const double ttft_ms = ttft.empty() ? 0.0 : median(ttft);
+
+  if (o.json) {
+    nlohmann::json j = {{"model", o.model},
+                        {"threads", rt.device_threads()},
+                        {"pp", {{"n", o.n_prompt}, {"tps_mean", pps.mean}, {"tps_sd", pps.sd}}},
+                        {"tg", {{"n", o.n_gen}, {"tps_mean", tgs.mean}, {"tps_sd", tgs.sd}}},
+                        {"ttft_ms", ttft_ms},
+                        {"peak_rss_bytes", peak_rss},
+                        {"kv_bytes_copied_per_token", kv_copied_per_token},
+                        {"padded_fraction", padded_fraction},
+                        {"roofline_fraction", roofline_fraction},
+                        {"bandwidth_gbps", bandwidth / 1e9},
+                        {"weight_bytes_per_token", bytes_per_token},
+                        {"prefill_chunk", cfg.prefill_chunk},
+                        {"variants", rt.variants()},
+                        {"device", rt.device_name()}};
+    fmt::print("{}\n", j.dump());
+  } else {
+    fmt::print("model {} | {} | chunk {} | variants {}\n", o.model, rt.device_name(), cfg.prefill_chunk, rt.variants().size());
+    fmt::print("| test   |          t/s |\n|--------|--------------|\n");
+    if (!pp.empty()) fmt::print("| pp{:<4} | {:>7.2f} ± {:<4.2f} |\n", o.n_prompt, pps.mean, pps.sd);
+    if (!tg.empty()) fmt::print("| tg{:<4} | {:>7.2f} ± {:<4.2f} |\n", o.n_gen, tgs.mean, tgs.sd);
+    fmt::print("time to first token ({} tokens): {:.1f} ms (median)\n", o.ttft_prompt, ttft_ms);
+    fmt::print("peak RSS {:.1f} MiB; K/V bytes copied per generated token {:.0f}; padded fraction {:.3f}\n", peak_rss / 1048576.0,
+               kv_copied_per_token, padded_fraction);
+    fmt::print("decode reads {:.1f} MiB of weights per token; read bandwidth here {:.1f} GB/s; decode at {:.0f}% of that roofline\n",
+               bytes_per_token / 1048576.0, bandwidth / 1e9, roofline_fraction * 100.0);
+  }
+  return 0;
+}
+
+}  // namespace
+
+void add_bench(CLI::App& app, Actions& actions) {
+  auto o = std::make_shared<BenchOptions>();
+  CLI::App* cmd = app.add_subcommand("bench", "measure prompt processing and generation speed (like llama-bench)");
+  cmd->add_option("-m,--model", o->model, "GGUF model file")->required()->check(CLI::ExistingFile);
+  cmd->add_option("-p,--n-prompt", o->n_prompt, "prompt tokens for the pp test (0 = skip)")->capture_default_str();
+  cmd->add_option("-n,--n-gen", o->n_gen, "generated tokens for the tg test (0 = skip)")->capture_default_str();
+  cmd->add_option("-r,--repetitions", o->repetitions, "repetitions of each test")->capture_default_str()->check(CLI::PositiveNumber);
+  cmd->add_option("--ttft-prompt", o->ttft_prompt, "prompt tokens for the time-to-first-token test (0 = skip)")->capture_default_str();
+  cmd->add_flag("--json", o->json, "print one JSON object");
+  o->rt.add_to(cmd);
+  actions.push_back([cmd, o]() -> int { return cmd->parsed() ? run(*o) : -1; });
+}
+
+}  // namespace npullm::cli
