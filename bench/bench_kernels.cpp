@@ -5,8 +5,8 @@
 // Read/<threads>              bandwidth of a plain vector read loop over 1 GiB: the roofline the
 //                             decode figures are compared with (bytes_per_second).
 // Decode/<type>/K/N/<threads> one token (M = 1) through an N x K weight matrix; bytes_per_second
-//                             counts the weight bytes streamed. The matrix is one of several
-//                             copies (together >= 512 MiB) used in turn, so every call reads from
+//                             counts the weight bytes streamed. The matrix is one of the copies
+//                             filling a 1 GiB arena, used in turn, so every call reads from
 //                             memory, not from cache, as in a real model.
 // Prefill/<type>/M/K/N/<threads>  M tokens at once; FLOP/s = 2 M N K / time.
 // Matmuls are split over N in chunks like the CPU device does (threads * 4 chunks, multiples of
@@ -19,7 +19,6 @@
 #include <cstdint>
 #include <cstring>
 #include <memory>
-#include <random>
 #include <string>
 #include <vector>
 
@@ -72,6 +71,7 @@ void BM_Read(benchmark::State& st, int threads) {
   const size_t n = size_t{1} << 30;
   Buffer buf = alloc(n);
   for (size_t i = 0; i < n; i += 4096) std::memset(buf.get() + i, static_cast<int>(i >> 12), 4096);
+  // (a separate GiB from the decode arena: both together exceed any cache)
   cpu::WorkerPool pool(threads);
   const bool avx512 = __builtin_cpu_supports("avx512f");
   const size_t per = n / static_cast<size_t>(threads);
@@ -89,24 +89,30 @@ void BM_Read(benchmark::State& st, int threads) {
 
 // ---- weights ---------------------------------------------------------------------------------
 
-// Random quant bytes with small random fp16 scales (so every code path sees ordinary numbers).
-void fill_weights(GgmlType t, uint8_t* w, size_t bytes, uint32_t seed) {
-  std::mt19937 rng(seed);
-  for (size_t i = 0; i + 4 <= bytes; i += 4) {
-    const uint32_t r = rng();
-    std::memcpy(w + i, &r, 4);
+uint64_t splitmix(uint64_t& z) {
+  uint64_t r = (z += 0x9E3779B97F4A7C15ull);
+  r = (r ^ (r >> 30)) * 0xBF58476D1CE4E5B9ull;
+  r = (r ^ (r >> 27)) * 0x94D049BB133111EBull;
+  return r ^ (r >> 31);
+}
+
+// Random bytes in every block; fp16 / bf16 scale fields (and F32 values) then made small and
+// finite, so every code path sees ordinary numbers.
+void fill_weights(GgmlType t, uint8_t* w, size_t bytes, uint64_t seed) {
+  for (size_t i = 0; i + 8 <= bytes; i += 8) {
+    const uint64_t r = splitmix(seed);
+    std::memcpy(w + i, &r, 8);
   }
-  std::vector<int> f16;  // byte offsets of f16 fields inside a block
-  int64_t bs = npullm::ggml_type_traits(t).type_size;
+  auto small = [&] { return static_cast<float>(static_cast<int>(splitmix(seed) % 2001) - 1000) * 5e-5f; };
+  std::vector<int> f16;  // byte offsets of fp16 fields inside a block
+  size_t bs = static_cast<size_t>(npullm::ggml_type_traits(t).type_size);
   switch (t) {
-    case GgmlType::F32: {
-      std::uniform_real_distribution<float> ud(-0.05f, 0.05f);
+    case GgmlType::F32:
       for (size_t i = 0; i + 4 <= bytes; i += 4) {
-        const float f = ud(rng);
+        const float f = small();
         std::memcpy(w + i, &f, 4);
       }
       return;
-    }
     case GgmlType::F16: case GgmlType::BF16: f16 = {0}; bs = 2; break;
     case GgmlType::Q4_0: case GgmlType::Q5_0: case GgmlType::Q8_0: case GgmlType::IQ4_NL: f16 = {0}; break;
     case GgmlType::Q4_1: case GgmlType::Q5_1: case GgmlType::Q4_K: case GgmlType::Q5_K: f16 = {0, 2}; break;
@@ -115,36 +121,51 @@ void fill_weights(GgmlType t, uint8_t* w, size_t bytes, uint32_t seed) {
     case GgmlType::Q2_K: f16 = {80, 82}; break;
     default: break;
   }
-  std::uniform_real_distribution<float> ud(-0.05f, 0.05f);
-  for (size_t off = 0; off + static_cast<size_t>(bs) <= bytes; off += static_cast<size_t>(bs))
+  for (size_t off = 0; off + bs <= bytes; off += bs)
     for (int f : f16) {
-      const uint16_t h = t == GgmlType::BF16 ? npullm::fp32_to_bf16(ud(rng)) : npullm::fp32_to_fp16(ud(rng));
+      const uint16_t h = t == GgmlType::BF16 ? npullm::fp32_to_bf16(small()) : npullm::fp32_to_fp16(small());
       std::memcpy(w + off + f, &h, 2);
     }
+}
+
+// One arena for every decode benchmark: 1 GiB, far more than the last-level cache, holding as
+// many copies of the matrix as fit; the benchmark uses them in turn so each call streams from
+// memory.
+constexpr size_t kArenaBytes = size_t{1} << 30;
+
+uint8_t* arena() {
+  static Buffer a = alloc(kArenaBytes);
+  return a.get();
 }
 
 struct Problem {
   GgmlType type;
   int64_t M, K, N;
-  size_t matrix_bytes;
-  std::vector<Buffer> copies;
+  size_t matrix_bytes, stride;  // a copy's size, and the distance between copies (64-aligned)
+  Buffer own;                   // prefill: one copy of its own
+  uint8_t* base = nullptr;
+  size_t n_copies = 1;
   std::vector<float> x, out;
   std::vector<std::vector<float>> work;  // one per worker
+  const uint8_t* copy(size_t i) const { return base + i * stride; }
 };
 
-std::unique_ptr<Problem> make_problem(GgmlType t, int64_t M, int64_t K, int64_t N, int threads, size_t min_total) {
+std::unique_ptr<Problem> make_problem(GgmlType t, int64_t M, int64_t K, int64_t N, int threads, bool use_arena) {
   auto p = std::make_unique<Problem>();
   p->type = t, p->M = M, p->K = K, p->N = N;
   p->matrix_bytes = npullm::ggml_row_bytes(t, K) * static_cast<size_t>(N);
-  const size_t n_copies = std::max<size_t>(1, (min_total + p->matrix_bytes - 1) / p->matrix_bytes);
-  for (size_t c = 0; c < n_copies; ++c) {
-    p->copies.push_back(alloc(p->matrix_bytes));
-    fill_weights(t, p->copies.back().get(), p->matrix_bytes, static_cast<uint32_t>(c + 1));
+  p->stride = (p->matrix_bytes + 63) / 64 * 64;
+  if (use_arena) {
+    p->base = arena();
+    p->n_copies = kArenaBytes / p->stride;
+  } else {
+    p->own = alloc(p->stride);
+    p->base = p->own.get();
   }
-  std::mt19937 rng(7);
-  std::normal_distribution<float> nd(0.0f, 1.0f);
+  fill_weights(t, p->base, p->n_copies * p->stride, 1234);
+  uint64_t seed = 7;
   p->x.resize(static_cast<size_t>(M * K));
-  for (float& f : p->x) f = nd(rng);
+  for (float& f : p->x) f = static_cast<float>(static_cast<int>(splitmix(seed) % 2001) - 1000) * 1e-3f;
   p->out.assign(static_cast<size_t>(M * N), 0.0f);
   p->work.assign(static_cast<size_t>(threads), std::vector<float>(static_cast<size_t>(cpu::matmul_work_floats(K))));
   return p;
@@ -165,21 +186,21 @@ void run_matmul(cpu::WorkerPool& pool, Problem& p, const uint8_t* W) {
 }
 
 void BM_Decode(benchmark::State& st, GgmlType t, int64_t K, int64_t N, int threads) {
-  auto p = make_problem(t, 1, K, N, threads, size_t{512} << 20);
+  auto p = make_problem(t, 1, K, N, threads, /*use_arena=*/true);
   cpu::WorkerPool pool(threads);
   size_t next = 0;
   for (auto _ : st) {
-    run_matmul(pool, *p, p->copies[next].get());
-    next = (next + 1) % p->copies.size();
+    run_matmul(pool, *p, p->copy(next));
+    next = (next + 1) % p->n_copies;
   }
   benchmark::DoNotOptimize(p->out.data());
   st.SetBytesProcessed(static_cast<int64_t>(st.iterations()) * static_cast<int64_t>(p->matrix_bytes));
 }
 
 void BM_Prefill(benchmark::State& st, GgmlType t, int64_t M, int64_t K, int64_t N, int threads) {
-  auto p = make_problem(t, M, K, N, threads, 0);
+  auto p = make_problem(t, M, K, N, threads, /*use_arena=*/false);
   cpu::WorkerPool pool(threads);
-  for (auto _ : st) run_matmul(pool, *p, p->copies[0].get());
+  for (auto _ : st) run_matmul(pool, *p, p->copy(0));
   benchmark::DoNotOptimize(p->out.data());
   st.counters["FLOP/s"] = benchmark::Counter(2.0 * double(M) * double(N) * double(K) * double(st.iterations()),
                                              benchmark::Counter::kIsRate);

@@ -158,16 +158,16 @@ struct ScalarIO {
     if (n > 0) *p = v;
   }
 
-  NPULLM_HOT static void quant_block32(const float* x, int8_t* q, float* d, int32_t* s16) {
-    float amax = 0.0f;
-    for (int j = 0; j < 32; ++j) amax = std::max(amax, std::fabs(x[j]));
-    const float id = amax != 0.0f ? 127.0f / amax : 0.0f;
-    s16[0] = s16[1] = 0;
-    for (int j = 0; j < 32; ++j) {
-      q[j] = round_to_i8(x[j] * id, -128);
-      s16[j / 16] += q[j];
+  static void quant_row32(const float* x, int64_t nb, int8_t* q, float* d, int32_t* sum) {
+    for (int64_t b = 0; b < nb; ++b, x += 32, q += 32) {
+      float amax = 0.0f;
+      for (int j = 0; j < 32; ++j) amax = std::max(amax, std::fabs(x[j]));
+      const float id = amax != 0.0f ? 127.0f / amax : 0.0f;
+      int32_t s = 0;
+      for (int j = 0; j < 32; ++j) s += (q[j] = round_to_i8(x[j] * id, -128));
+      d[b] = fp16_to_fp32(fp32_to_fp16(amax / 127.0f));
+      sum[b] = s;
     }
-    *d = fp16_to_fp32(fp32_to_fp16(amax / 127.0f));
   }
   NPULLM_HOT static void quant_block256(const float* x, int8_t* q, float* d, int32_t* s16) {
     float amax = 0.0f;

@@ -230,18 +230,19 @@ struct Avx2IO {
   }
 
   // Activation blocks (kernels_int8.h, Numerics).
-  NPULLM_HOT static void quant_block32(const float* x, int8_t* q, float* d, int32_t* s16) {
-    VF v[4];
-    VF mx = _mm256_setzero_ps();
-    for (int i = 0; i < 4; ++i) mx = _mm256_max_ps(mx, absf(v[i] = _mm256_loadu_ps(x + 8 * i)));
-    const float amax = hmax(mx);
-    const float id = amax != 0.0f ? 127.0f / amax : 0.0f;
-    VI iv[4];
-    for (int i = 0; i < 4; ++i) iv[i] = _mm256_cvtps_epi32(_mm256_mul_ps(v[i], _mm256_set1_ps(id)));
-    store_i8x32(q, iv[0], iv[1], iv[2], iv[3]);
-    s16[0] = hadd(_mm256_add_epi32(iv[0], iv[1]));
-    s16[1] = hadd(_mm256_add_epi32(iv[2], iv[3]));
-    *d = _cvtsh_ss(_cvtss_sh(amax / 127.0f, _MM_FROUND_TO_NEAREST_INT));
+  static void quant_row32(const float* x, int64_t nb, int8_t* q, float* d, int32_t* sum) {
+    for (int64_t b = 0; b < nb; ++b, x += 32, q += 32) {
+      VF v[4];
+      VF mx = _mm256_setzero_ps();
+      for (int i = 0; i < 4; ++i) mx = _mm256_max_ps(mx, absf(v[i] = _mm256_loadu_ps(x + 8 * i)));
+      const float amax = hmax(mx);
+      const float id = amax != 0.0f ? 127.0f / amax : 0.0f;
+      VI iv[4];
+      for (int i = 0; i < 4; ++i) iv[i] = _mm256_cvtps_epi32(_mm256_mul_ps(v[i], _mm256_set1_ps(id)));
+      store_i8x32(q, iv[0], iv[1], iv[2], iv[3]);
+      sum[b] = hadd(_mm256_add_epi32(_mm256_add_epi32(iv[0], iv[1]), _mm256_add_epi32(iv[2], iv[3])));
+      d[b] = _cvtsh_ss(_cvtss_sh(amax / 127.0f, _MM_FROUND_TO_NEAREST_INT));
+    }
   }
   NPULLM_HOT static void quant_block256(const float* x, int8_t* q, float* d, int32_t* s16) {
     VF mx = _mm256_setzero_ps();

@@ -198,19 +198,66 @@ struct Avx512IO {
   NPULLM_HOT static VF loadf_n(const float* p, int n) { return _mm512_maskz_loadu_ps(first_lanes(n), p); }
   NPULLM_HOT static void storef_n(float* p, VF v, int n) { _mm512_mask_storeu_ps(p, first_lanes(n), v); }
 
+  // Lane j of the result = the sum (or max) of the 16 lanes of v[j]: a transposing reduction,
+  // pairs within 128-bit lanes (32- then 64-bit interleaves), then across 128-bit lanes; the
+  // result comes out in order. 45 instructions for what 16 horizontal reductions do in ~100.
+  template <class Op>
+  NPULLM_HOT static VI reduce16(const VI* v, Op op) {
+    VI w[8], u[4];
+    for (int k = 0; k < 8; ++k)
+      w[k] = op(_mm512_unpacklo_epi32(v[2 * k], v[2 * k + 1]), _mm512_unpackhi_epi32(v[2 * k], v[2 * k + 1]));
+    for (int k = 0; k < 4; ++k)
+      u[k] = op(_mm512_unpacklo_epi64(w[2 * k], w[2 * k + 1]), _mm512_unpackhi_epi64(w[2 * k], w[2 * k + 1]));
+    const VI x = op(_mm512_shuffle_i32x4(u[0], u[1], _MM_SHUFFLE(2, 0, 2, 0)),
+                    _mm512_shuffle_i32x4(u[0], u[1], _MM_SHUFFLE(3, 1, 3, 1)));
+    const VI y = op(_mm512_shuffle_i32x4(u[2], u[3], _MM_SHUFFLE(2, 0, 2, 0)),
+                    _mm512_shuffle_i32x4(u[2], u[3], _MM_SHUFFLE(3, 1, 3, 1)));
+    return op(_mm512_shuffle_i32x4(x, y, _MM_SHUFFLE(2, 0, 2, 0)), _mm512_shuffle_i32x4(x, y, _MM_SHUFFLE(3, 1, 3, 1)));
+  }
+  NPULLM_HOT static VI add_i(VI a, VI b) { return _mm512_add_epi32(a, b); }
+  // The max of non-negative floats is the max of their bit patterns as int32.
+  NPULLM_HOT static VI max_i(VI a, VI b) { return _mm512_max_epi32(a, b); }
+
   // Activation blocks (kernels_int8.h, Numerics). cvtps_epi32 rounds to nearest even (MXCSR
-  // default), as nearbyint does in the scalar path.
-  NPULLM_HOT static void quant_block32(const float* x, int8_t* q, float* d, int32_t* s16) {
-    const VF v0 = _mm512_loadu_ps(x), v1 = _mm512_loadu_ps(x + 16);
-    const float amax = _mm512_reduce_max_ps(_mm512_max_ps(_mm512_abs_ps(v0), _mm512_abs_ps(v1)));
-    const float id = amax != 0.0f ? 127.0f / amax : 0.0f;
-    const VI i0 = _mm512_cvtps_epi32(_mm512_mul_ps(v0, _mm512_set1_ps(id)));
-    const VI i1 = _mm512_cvtps_epi32(_mm512_mul_ps(v1, _mm512_set1_ps(id)));
-    _mm_storeu_si128(reinterpret_cast<__m128i*>(q), _mm512_cvtsepi32_epi8(i0));
-    _mm_storeu_si128(reinterpret_cast<__m128i*>(q + 16), _mm512_cvtsepi32_epi8(i1));
-    s16[0] = _mm512_reduce_add_epi32(i0);
-    s16[1] = _mm512_reduce_add_epi32(i1);
-    *d = _cvtsh_ss(_cvtss_sh(amax / 127.0f, _MM_FROUND_TO_NEAREST_INT));
+  // default), as nearbyint does in the scalar path. Blocks of 32 go 16 at a time: their maxima and
+  // sums are reduced together and their scales computed as one vector.
+  static void quant_row32(const float* x, int64_t nb, int8_t* q, float* d, int32_t* sum) {
+    int64_t b = 0;
+    for (; b + 16 <= nb; b += 16) {
+      const float* xb = x + 32 * b;
+      VI mx[16];
+      for (int i = 0; i < 16; ++i)
+        mx[i] = _mm512_castps_si512(_mm512_max_ps(_mm512_abs_ps(_mm512_loadu_ps(xb + 32 * i)),
+                                                  _mm512_abs_ps(_mm512_loadu_ps(xb + 32 * i + 16))));
+      const VF amax = _mm512_castsi512_ps(reduce16(mx, max_i));
+      const __mmask16 nz = _mm512_cmp_ps_mask(amax, _mm512_setzero_ps(), _CMP_NEQ_OQ);
+      alignas(64) float id[16];
+      _mm512_store_ps(id, _mm512_maskz_div_ps(nz, _mm512_set1_ps(127.0f), amax));
+      const VF dv = _mm512_div_ps(amax, _mm512_set1_ps(127.0f));
+      _mm512_storeu_ps(d + b, _mm512_cvtph_ps(_mm512_cvtps_ph(dv, _MM_FROUND_TO_NEAREST_INT)));
+      VI sv[16];
+      for (int i = 0; i < 16; ++i) {
+        const VF vid = _mm512_set1_ps(id[i]);
+        const VI i0 = _mm512_cvtps_epi32(_mm512_mul_ps(_mm512_loadu_ps(xb + 32 * i), vid));
+        const VI i1 = _mm512_cvtps_epi32(_mm512_mul_ps(_mm512_loadu_ps(xb + 32 * i + 16), vid));
+        _mm_storeu_si128(reinterpret_cast<__m128i*>(q + 32 * (b + i)), _mm512_cvtsepi32_epi8(i0));
+        _mm_storeu_si128(reinterpret_cast<__m128i*>(q + 32 * (b + i) + 16), _mm512_cvtsepi32_epi8(i1));
+        sv[i] = _mm512_add_epi32(i0, i1);
+      }
+      _mm512_storeu_si512(sum + b, reduce16(sv, add_i));
+    }
+    for (; b < nb; ++b) {  // the last nb % 16 blocks one at a time
+      const float* xb = x + 32 * b;
+      const VF v0 = _mm512_loadu_ps(xb), v1 = _mm512_loadu_ps(xb + 16);
+      const float amax = _mm512_reduce_max_ps(_mm512_max_ps(_mm512_abs_ps(v0), _mm512_abs_ps(v1)));
+      const float id = amax != 0.0f ? 127.0f / amax : 0.0f;
+      const VI i0 = _mm512_cvtps_epi32(_mm512_mul_ps(v0, _mm512_set1_ps(id)));
+      const VI i1 = _mm512_cvtps_epi32(_mm512_mul_ps(v1, _mm512_set1_ps(id)));
+      _mm_storeu_si128(reinterpret_cast<__m128i*>(q + 32 * b), _mm512_cvtsepi32_epi8(i0));
+      _mm_storeu_si128(reinterpret_cast<__m128i*>(q + 32 * b + 16), _mm512_cvtsepi32_epi8(i1));
+      sum[b] = _mm512_reduce_add_epi32(_mm512_add_epi32(i0, i1));
+      d[b] = _cvtsh_ss(_cvtss_sh(amax / 127.0f, _MM_FROUND_TO_NEAREST_INT));
+    }
   }
   NPULLM_HOT static void quant_block256(const float* x, int8_t* q, float* d, int32_t* s16) {
     VF mx = _mm512_setzero_ps();
@@ -224,12 +271,13 @@ struct Avx512IO {
     }
     const float id = 127.0f / amax;
     const VF vid = _mm512_set1_ps(id);
+    VI v[16];
     for (int i = 0; i < 16; ++i) {
-      VI v = _mm512_cvtps_epi32(_mm512_mul_ps(_mm512_loadu_ps(x + 16 * i), vid));
-      v = _mm512_min_epi32(_mm512_max_epi32(v, _mm512_set1_epi32(-127)), _mm512_set1_epi32(127));
-      _mm_storeu_si128(reinterpret_cast<__m128i*>(q + 16 * i), _mm512_cvtepi32_epi8(v));
-      s16[i] = _mm512_reduce_add_epi32(v);
+      v[i] = _mm512_cvtps_epi32(_mm512_mul_ps(_mm512_loadu_ps(x + 16 * i), vid));
+      v[i] = _mm512_min_epi32(_mm512_max_epi32(v[i], _mm512_set1_epi32(-127)), _mm512_set1_epi32(127));
+      _mm_storeu_si128(reinterpret_cast<__m128i*>(q + 16 * i), _mm512_cvtepi32_epi8(v[i]));
     }
+    _mm512_storeu_si512(s16, reduce16(v, add_i));
     *d = 1.0f / id;
   }
 };

@@ -3,9 +3,11 @@
 // points each instruction-set file exports.
 //
 // Files:  kernels.cpp         baseline x86-64: dispatch, argument checks, the cheap kernels, and
-//                             the scalar Ops (W = 1)
-//         kernels_avx2.cpp    AVX2 + FMA + F16C Ops (W = 8)
-//         kernels_avx512.cpp  AVX-512 F/BW/VL/DQ Ops (W = 16)
+//                             the scalar Ops (W = 1) and integer ops (one row per panel)
+//         kernels_avx2.cpp    AVX2 + FMA + F16C Ops (W = 8), integer ops (8 rows per panel)
+//         kernels_avx512.cpp  AVX-512 F/BW/VL/DQ Ops (W = 16), VNNI integer ops (16 rows per panel)
+//         kernels_int8.h      matmul with int8 activations for the block-quantised types (own
+//                             numerics and layout: see there); this file has the F32 paths
 //
 // Linkage rule. Each ISA file defines its Ops in an anonymous namespace and instantiates the
 // templates below with it, and everything in this header is in an anonymous namespace too, so
@@ -15,7 +17,8 @@
 // files use no standard-library templates and do not include fmt or common/error.h: argument checks
 // and errors all live in kernels.cpp, which calls the ISA entry points only with valid arguments.
 //
-// Summation order. A dot product of length K in a path with W lanes keeps one W-lane accumulator:
+// Summation order (F32 activations; kernels_int8.h has its own). A dot product of length K in a
+// path with W lanes keeps one W-lane accumulator:
 // element k is added (fused multiply-add, or multiply then add for W = 1) to lane k % W, in
 // increasing k, with zeros in the lanes past K; the lanes are then summed by a fixed tree (hsum).
 // Every tile shape and every weight type follows this order, so an output never depends on the
@@ -33,8 +36,8 @@ namespace npullm::cpu::detail {
 // Entry points of one ISA; arguments are already validated by kernels.cpp.
 struct IsaKernels {
   const char* name;
-  // As cpu::matmul, with row_bytes = ggml_row_bytes(wt, K). Types other than F32, F16, BF16,
-  // Q8_0 and Q4_0 go through dequantize_row().
+  // As cpu::matmul, with row_bytes = ggml_row_bytes(wt, K). Types with int8 kernels go to
+  // kernels_int8.h; other types than F32, F16, BF16 go through dequantize_row().
   void (*matmul)(const float* x, int64_t M, int64_t K, const void* W, GgmlType wt, size_t row_bytes,
                  const float* bias, const float* res, float* out, int64_t N, int64_t n0, int64_t n1,
                  float* work);

@@ -507,8 +507,9 @@ NPULLM_HOT void tile_unit(const typename IO::VI* const* dec, const XQ& x, int64_
 
 // ---- activation quantisation -----------------------------------------------------------------------
 //
-// IO::quant_block32(x, q, &d, sums16[2]) and IO::quant_block256(x, q, &d, sums16[16]) quantise one
-// block as described under Numerics (d: the float the dot uses; sums16: sums of q per 16).
+// IO::quant_row32(x, nb, q, d[nb], sum[nb]) quantises nb Q8_0-style blocks of 32 and
+// IO::quant_block256(x, q, &d, sums16[16]) one Q8_K-style block, as described under Numerics
+// (d: the float the dot uses; sum: the sum of the block's q; sums16: sums of q per 16).
 // quantize_chunk fills XQ for rows [0, mc) of x (row stride K); the integer terms c are
 //   Q4_0 / Q5_0 / Q8_0 (VNNI): c[b] = -off * sum_b (the accumulator start: off = 8 / 16 / 128)
 //   Q4_K / Q5_K: c[4u + i] = (-S_2i & 0xFFFF) | (-S_2i+1 << 16), S_j the sum of sub-block j (32)
@@ -521,14 +522,13 @@ void quantize_chunk(GgmlType wt, const float* x, int64_t K, int64_t mc, XQ& xq) 
     const float* xr = x + m * K;
     int8_t* q = xq.q + m * xq.ldq;
     if (f == ActFormat::Q8_0) {
+      float* d = xq.d + m * xq.ldd;
+      int32_t* c = xq.c + m * xq.ldc;
+      float* sd = xq.s + m * xq.ldd;
+      IO::quant_row32(xr, K / 32, q, d, c);  // c holds the sums for now
       for (int64_t b = 0; b < K / 32; ++b) {
-        int32_t s16[2];
-        float d;
-        IO::quant_block32(xr + 32 * b, q + 32 * b, &d, s16);
-        const int32_t sum = s16[0] + s16[1];
-        xq.d[m * xq.ldd + b] = d;
-        xq.c[m * xq.ldc + b] = -off * sum;
-        xq.s[m * xq.ldd + b] = d * static_cast<float>(sum);
+        sd[b] = d[b] * static_cast<float>(c[b]);
+        c[b] *= -off;
       }
     } else {
       for (int64_t u = 0; u < K / 256; ++u) {
