@@ -32,6 +32,11 @@ std::string BlobSpec::cache_config() const {
 
 std::vector<BlobSpec> blob_specs(const RuntimeConfig& cfg) {
   std::vector<BlobSpec> out{{BlobSpec::Forward, "prefill", cfg.prefill_chunk, cfg.variants.back()}};
+  // Smaller prefill blobs for the tail of a prompt (P/4, P/16, ... down to 8 tokens), so a short
+  // prompt or the last chunk of a long one computes little padding.
+  if (cfg.prefill_ladder)
+    for (int64_t p = cfg.prefill_chunk / 4; p >= 8; p /= 4)
+      out.push_back({BlobSpec::Forward, "prefill-" + std::to_string(p), p, cfg.variants.back()});
   for (int64_t c : cfg.variants) out.push_back({BlobSpec::Forward, "generate-" + std::to_string(c), 1, c});
   out.push_back({BlobSpec::Rerotate, "rerotate", cfg.variants.back(), cfg.variants.back()});
   return out;
@@ -178,7 +183,10 @@ void LlmRuntime::load_blobs() {
   };
   bind_state(*prefill_);
   for (size_t i = 1; i < specs.size(); ++i) {
-    if (specs[i].kind == BlobSpec::Rerotate) {
+    if (specs[i].name.rfind("prefill-", 0) == 0) {
+      prefill_tails_.push_back(make_slot(specs[i]));
+      bind_state(*prefill_tails_.back());
+    } else if (specs[i].kind == BlobSpec::Rerotate) {
       rerotate_ = make_slot(specs[i]);
       bind_state(*rerotate_);
     } else {
@@ -210,12 +218,18 @@ std::span<const float> LlmRuntime::prefill(std::span<const int32_t> ids, std::ve
     fail("prompt of {} tokens does not fit: {} of {} K/V rows are in use", ids.size(), pos_, capacity());
   for (int32_t id : ids)
     if (id < 0 || id >= hp_.n_vocab) fail("token id {} is outside the vocabulary (0..{})", id, hp_.n_vocab - 1);
-  Slot& s = *prefill_;
   const int64_t V = hp_.n_vocab;
   if (all_logits) all_logits->clear();
   int64_t last_n = 0;
-  for (size_t off = 0; off < ids.size(); off += static_cast<size_t>(s.seq)) {
-    const size_t n = std::min(ids.size() - off, static_cast<size_t>(s.seq));
+  Slot* used = prefill_.get();
+  for (size_t off = 0; off < ids.size();) {
+    const size_t n = std::min(ids.size() - off, static_cast<size_t>(prefill_->seq));
+    // The smallest prefill blob that takes these n tokens (the tails are sorted largest first).
+    Slot* pick = prefill_.get();
+    for (auto& t : prefill_tails_)
+      if (t->seq >= static_cast<int64_t>(n)) pick = t.get();
+    Slot& s = *pick;
+    used = pick;
     fill_step(s, ids.subspan(off, n), pos_);
     queue_->run(*s.cl);
     pos_ += static_cast<int64_t>(n);
@@ -224,8 +238,9 @@ std::span<const float> LlmRuntime::prefill(std::span<const int32_t> ids, std::ve
     stats_.padded_positions += s.seq - static_cast<int64_t>(n);
     if (all_logits) all_logits->insert(all_logits->end(), s.logits.begin(), s.logits.begin() + static_cast<int64_t>(n) * V);
     last_n = static_cast<int64_t>(n);
+    off += n;
   }
-  return {s.logits.data() + (last_n - 1) * V, static_cast<size_t>(V)};
+  return {used->logits.data() + (last_n - 1) * V, static_cast<size_t>(V)};
 }
 
 void LlmRuntime::shift(int64_t n_keep, int64_t n_discard) {

@@ -26,6 +26,7 @@ namespace npullm::npuw {
 
 struct RuntimeConfig {
   int64_t prefill_chunk = 64;          // P
+  bool prefill_ladder = true;          // also compile prefill blobs of P/4, P/16, ... (>= 8) for short tails
   std::vector<int64_t> variants;       // generate capacities; empty = defaults (see default_variants)
   int64_t max_prompt_len = 1024;       // MAX_PROMPT_LEN
   int64_t min_response_len = 128;      // MIN_RESPONSE_LEN
@@ -110,7 +111,8 @@ class LlmRuntime {
   std::unique_ptr<device::Device> device_;
   std::unique_ptr<driver::WeightsBank> bank_;
   std::unique_ptr<driver::Queue> queue_;
-  std::unique_ptr<Slot> prefill_;
+  std::unique_ptr<Slot> prefill_;                     // P tokens
+  std::vector<std::unique_ptr<Slot>> prefill_tails_;  // P/4, P/16, ... tokens
   std::unique_ptr<Slot> rerotate_;
   struct StateRegion { std::string name; size_t offset = 0, bytes = 0; };
   std::vector<StateRegion> regions_;  // one per state variable, C_max rows each

@@ -72,9 +72,9 @@ TEST(Cli, WarmCacheCompilesNothingAndCorruptEntriesAreRebuilt) {
   ASSERT_EQ(cold.rc, 0) << cold.err;
   ASSERT_EQ(warm.rc, 0) << warm.err;
   const auto jc = nlohmann::json::parse(cold.out), jw = nlohmann::json::parse(warm.out);
-  EXPECT_EQ(jc["stats"]["compiled_blobs"], 4);  // prefill + 2 variants + the context-shift rotation
+  EXPECT_EQ(jc["stats"]["compiled_blobs"], 5);  // prefill 64 + prefill 16 + 2 variants + the context-shift rotation
   EXPECT_EQ(jw["stats"]["compiled_blobs"], 0);
-  EXPECT_EQ(jw["stats"]["cached_blobs"], 4);
+  EXPECT_EQ(jw["stats"]["cached_blobs"], 5);
   EXPECT_EQ(jc["ids"], jw["ids"]);
 
   // Flip one byte in one cached blob: it is reported, rebuilt, and the answer is unchanged.
