@@ -58,7 +58,7 @@ double weight_bytes_per_token(const GgufFile& f) {
 
 int run(BenchOptions& o) {
   npuw::RuntimeConfig cfg = o.rt.resolve();
-  if (!o.rt.chunk_given) cfg.prefill_chunk = std::min<int64_t>(o.n_prompt, 512);
+  if (!o.rt.chunk_given) cfg.prefill_chunk = std::clamp<int64_t>(std::max(o.n_prompt, o.ttft_prompt), 1, 512);
   if (cfg.variants.empty()) {
     // Room for the prompt and the generated tokens, in the default power-of-two steps.
     cfg.max_prompt_len = std::max(o.n_prompt, o.ttft_prompt);

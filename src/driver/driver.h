@@ -117,7 +117,9 @@ class Queue {
   // Enqueues a run of `cl`; `fence` is reset now and signalled when it is done.
   void submit(const CommandList& cl, Fence& fence);
   // submit + wait (blocking or polling) + rethrow any error.
-  void run(const CommandList& cl, bool polling = true);
+  // Blocking is the default: a caller spinning on a fence takes a core from the device's own
+  // workers, which on a 2-core machine halves (or worse) the speed of the run it waits for.
+  void run(const CommandList& cl, bool polling = false);
 
  private:
   void loop();
