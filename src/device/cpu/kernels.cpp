@@ -108,7 +108,6 @@ struct ScalarIO {
 
   NPULLM_HOT static VI zero() { return 0; }
   NPULLM_HOT static VI set1(int32_t v) { return static_cast<uint32_t>(v); }
-  NPULLM_HOT static VI load(const int32_t* p) { return static_cast<uint32_t>(p[0]); }
   NPULLM_HOT static VI bcast32(const void* p) { return u32_at(static_cast<const uint8_t*>(p)); }
   NPULLM_HOT static VI and_(VI v, int32_t imm) { return v & static_cast<uint32_t>(imm); }
   NPULLM_HOT static VI or_(VI a, VI b) { return a | b; }

@@ -118,7 +118,6 @@ struct Avx2IO {
 
   NPULLM_HOT static VI zero() { return _mm256_setzero_si256(); }
   NPULLM_HOT static VI set1(int32_t v) { return _mm256_set1_epi32(v); }
-  NPULLM_HOT static VI load(const int32_t* p) { return _mm256_loadu_si256(reinterpret_cast<const __m256i*>(p)); }
   NPULLM_HOT static VI bcast32(const void* p) {
     int32_t v;
     std::memcpy(&v, p, 4);

@@ -110,7 +110,6 @@ struct Avx512IO {
 
   NPULLM_HOT static VI zero() { return _mm512_setzero_si512(); }
   NPULLM_HOT static VI set1(int32_t v) { return _mm512_set1_epi32(v); }
-  NPULLM_HOT static VI load(const int32_t* p) { return _mm512_loadu_si512(p); }
   NPULLM_HOT static VI bcast32(const void* p) {
     int32_t v;
     std::memcpy(&v, p, 4);

@@ -10,7 +10,9 @@
 //
 // ---- Numerics (the same bits on every ISA path, for every M and every [n0, n1) split) ---------
 //
-// Activations. Row m of x is quantised once per matmul call (per chunk of kChunkRows rows):
+// Activations. Each row of x is quantised at the start of every matmul call (kChunkRows rows at a
+// time, into `work`); the device calls matmul once per [n0, n1) chunk, and every call quantises
+// the same rows to the same bytes:
 //   Q8_0-style, per 32 values x[0..31]:  amax = max |x|, d = amax / 127, id = amax ? 127 / amax : 0,
 //     q = round_half_even(x * id) (int8), dx = fp16(d) widened back to float (d is stored as a half,
 //     as in ggml's block_q8_0).
@@ -44,10 +46,13 @@
 // lane r holds exactly I for row r. One float step per block then updates R outputs at once: the
 // per-block float work is shared by the R rows, which is what makes int8 beat F32 here.
 //
-// Decode (M <= kGemvMaxM): each block of a panel is decoded and consumed at once by the 1..4 rows
-// of x; the weights are read once, in order, R rows in parallel.
+// Decode (M <= kGemvMaxM): each block (or pair of blocks) of a panel is decoded and consumed at
+// once by the 1..4 rows of x; the weights are read once, R rows side by side, while the next
+// panel is prefetched (gemv_panels).
 // Prefill (M > kGemvMaxM): all blocks of kPanels panels are decoded into `work` once per chunk of
-// x rows and then reused by every row of x, in register tiles of TM rows of x by kPanels panels.
+// x rows and then reused by every row of the chunk, in register tiles of TM rows of x by kPanels
+// panels (gemm_panels): each decoded weight vector feeds TM dot steps, each broadcast of x feeds
+// kPanels.
 #pragma once
 #include <cstddef>
 #include <cstdint>
@@ -87,9 +92,6 @@ constexpr int64_t kChunkRows = 64;
 constexpr int64_t kGemvMaxM = 4;
 // Panels decoded side by side for prefill.
 constexpr int kPanels = 2;
-// Largest number of vectors a decoded unit takes (Q6_K: 64 quants + 16 scales + d).
-constexpr int kMaxUnitVecs = 81;
-
 constexpr int64_t align64(int64_t b) { return (b + 63) / 64 * 64; }
 
 // Elements per weight block ("unit") and vectors per decoded unit.
@@ -123,8 +125,9 @@ constexpr int64_t int8_work_bytes(int64_t K) {
 // ---- the integer-ops interface ------------------------------------------------------------------
 //
 // IO provides (VI: R lanes of int32 / 4 bytes; VF: R lanes of float):
-//   R, kVnni (dot_u8 takes bytes up to 255; false: only up to 127, see the AVX2 file)
-//   zero(), set1(int32), load(p), store(p, v), bcast32(p) (4 bytes at p in every lane)
+//   R, kVnni (true: dot_u8 is exact for any weight byte; false: only up to 63, as vpmaddubsw
+//     saturates its pair sums: then Q8_0 keeps signed bytes and uses dot_s8)
+//   zero(), set1(int32), bcast32(p) (the 4 bytes at p in every lane)
 //   and_(v, imm), or_(a, b), xor_(v, imm), add(a, b), mullo(a, b), srli(v, n), slli(v, n)
 //   dot_u8(acc, w, x):  acc + sum_i u8(w.byte i) * s8(x.byte i) per lane
 //   dot_s8(acc, w, x):  acc + sum_i s8(w.byte i) * s8(x.byte i) per lane (x in [-127, 127])
@@ -135,29 +138,23 @@ constexpr int64_t int8_work_bytes(int64_t K) {
 //                       vectors with dword g of row r in lane r of out[g]
 //   gather32(p, off):   lane r = the 4 bytes at p.rows[r] + off
 //   f16lo(v) / f16hi(v): the low / high half of each lane as an fp16, widened
-//   zerof(), bcastf(f), loadf(p), storef(p, v), addf, mulf, fmaf (fused), cvt(v) (int32 -> float)
+//   zerof(), bcastf(f), addf, mulf, fmaf (fused: one rounding), cvt(v) (int32 -> float, nearest)
 //   loadf_n(p, n) / storef_n(p, v, n): the first n lanes (others 0 / untouched)
+//   quant_row32, quant_block256: activation quantisation (see quantize_chunk)
 
 // R consecutive rows of W starting at n; rows past the matrix repeat the last one (their lanes
 // are computed and never stored), so every load stays inside W.
 template <class IO>
 struct Panel {
   const uint8_t* rows[IO::R];
-  typename IO::VI idx;  // lane r: rows[r] - rows[0], for gathers
-  int valid;            // rows that exist (1..R)
+  int valid;  // rows that exist (1..R)
 };
 
 template <class IO>
 inline void make_panel(const uint8_t* W, size_t row_bytes, int64_t n, int64_t n_end, Panel<IO>& p) {
   const int64_t left = n_end - n;
   p.valid = static_cast<int>(left < IO::R ? left : IO::R);
-  int32_t off[IO::R];
-  for (int r = 0; r < IO::R; ++r) {
-    const int64_t rr = r < p.valid ? r : p.valid - 1;
-    p.rows[r] = W + (n + rr) * row_bytes;
-    off[r] = static_cast<int32_t>(rr * static_cast<int64_t>(row_bytes));
-  }
-  p.idx = IO::load(off);
+  for (int r = 0; r < IO::R; ++r) p.rows[r] = W + (n + (r < p.valid ? r : p.valid - 1)) * static_cast<int64_t>(row_bytes);
 }
 
 // ---- per-type decoders: one unit of a panel -> vectors in `dec` ---------------------------------
@@ -369,7 +366,11 @@ NPULLM_HOT void decode_units(const Panel<IO>& p, int64_t u, int n, typename IO::
 
 // ---- per-type tile: one unit, TM rows of x (from xm) by P decoded panels -----------------------
 //
-// facc[m][p] is the float chain of x row xm + m against the rows of panel p (see Numerics).
+// facc[m][p] is the float chain of x row xm + m against the R rows of panel p (see Numerics).
+// Loop shape, the same for every type: for each group g of 4 elements, load the P weight vectors
+// G_g once, then for each x row broadcast its 4 quants and issue P dot steps. The TM x P int
+// accumulators are independent chains (latency hidden); each weight vector is used TM times and
+// each broadcast P times. Once per block (or sub-block) the int sums are scaled into facc.
 
 template <class IO, GgmlType T, int TM, int P>
 NPULLM_HOT void tile_unit(const typename IO::VI* const* dec, const XQ& x, int64_t xm, int64_t u,
@@ -382,6 +383,7 @@ NPULLM_HOT void tile_unit(const typename IO::VI* const* dec, const XQ& x, int64_
     else return IO::dot_u8(acc, w, xb);
   };
   if constexpr (act_format(T) == ActFormat::Q8_0) {
+    // Blocks of 32: ia starts at -off * sum(q) (x.c), 8 dot steps make it I, one fma per block.
     constexpr bool has_off = T == GgmlType::Q4_0 || T == GgmlType::Q5_0 || (T == GgmlType::Q8_0 && IO::kVnni);
     VI ia[TM][P];
     NPULLM_UNROLL_I8
@@ -416,6 +418,10 @@ NPULLM_HOT void tile_unit(const typename IO::VI* const* dec, const XQ& x, int64_
       }
     }
   } else if constexpr (T == GgmlType::Q4_K || T == GgmlType::Q5_K) {
+    // Super-block of 256 = 8 sub-blocks of 32 with 6-bit scale sc_j and min mn_j (per row, so
+    // vectors): I_j from 8 dot steps, isc += I_j * sc_j (int32 multiply); the mins need only the
+    // x sums: imn = sum_j mn_j * (-S_j) by 4 pairwise 16-bit multiply-adds. Two fmas per
+    // super-block.
     VI isc[TM][P], imn[TM][P];
     NPULLM_UNROLL_I8
     for (int m = 0; m < TM; ++m)
@@ -465,6 +471,9 @@ NPULLM_HOT void tile_unit(const typename IO::VI* const* dec, const XQ& x, int64_
     }
   } else {
     static_assert(T == GgmlType::Q6_K);
+    // Super-block of 256 = 16 sub-blocks of 16 with signed 8-bit scales: each sub-block's ia
+    // starts at -32 * (sum of its 16 q) (the weights are stored + 32), 4 dot steps, then
+    // isc += I_j * sc_j. One fma per super-block.
     VI isc[TM][P];
     NPULLM_UNROLL_I8
     for (int m = 0; m < TM; ++m)
@@ -574,7 +583,14 @@ NPULLM_HOT void run_units(const typename IO::VI* const* dec, int64_t unit_stride
   }
 }
 
-// Decode: the rows [n, n + P * R) of W against TM = M rows of x, one unit at a time.
+// Decode: the rows [n, n + P * R) of W against TM = M rows of x, one unit (or pair) at a time.
+//
+// Prefetch. A panel reads its R rows side by side, column by column: R concurrent streams, too
+// many for the hardware prefetchers, which left decode at a third of the memory bandwidth. But
+// the rows of consecutive panels are contiguous, so while a panel is computed the next one (the
+// bytes [n + R, n + 2R) rows, up to n_end) is prefetched into L1 as one linear sweep, spread
+// evenly over the steps. Prefetching exactly one panel ahead measured best (a shorter distance
+// misses the last rows of big panels; prefetching into L2 only was slower).
 template <class IO, GgmlType T, int TM, int P>
 void gemv_panels(const uint8_t* W, size_t row_bytes, int64_t nu, const XQ& x, int64_t m0, const float* bias,
                  const float* res, float* out, int64_t N, int64_t n, int64_t n_end) {
@@ -588,10 +604,20 @@ void gemv_panels(const uint8_t* W, size_t row_bytes, int64_t nu, const XQ& x, in
   VF facc[TM][P];
   for (int m = 0; m < TM; ++m)
     for (int q = 0; q < P; ++q) facc[m][q] = IO::zerof();
-  for (int64_t u = 0; u < nu; u += S) {
-    const int n = nu - u < S ? 1 : S;
-    for (int q = 0; q < P; ++q) decode_units<IO, T>(pan[q], u, n, buf[q]);
-    for (int i = 0; i < n; ++i) {
+  // Byte offsets in W: the next panel starts at `next`; nothing at or past `pf_end` is touched.
+  const int64_t panel_bytes = P * IO::R * static_cast<int64_t>(row_bytes);
+  const int64_t next = n * static_cast<int64_t>(row_bytes) + panel_bytes;
+  const int64_t pf_end = n_end * static_cast<int64_t>(row_bytes);
+  int64_t pf = next;  // first byte of the next panel not yet prefetched
+  const int64_t steps = (nu + S - 1) / S;
+  int64_t step = 0;
+  for (int64_t u = 0; u < nu; u += S, ++step) {
+    const int cnt = nu - u < S ? 1 : S;
+    int64_t target = next + (step + 1) * panel_bytes / steps;
+    if (target > pf_end) target = pf_end;
+    for (; pf < target; pf += 64) __builtin_prefetch(W + pf, 0, 3);
+    for (int q = 0; q < P; ++q) decode_units<IO, T>(pan[q], u, cnt, buf[q]);
+    for (int i = 0; i < cnt; ++i) {
       const VI* dec[P];
       for (int q = 0; q < P; ++q) dec[q] = buf[q] + i * V;
       tile_unit<IO, T, TM, P>(dec, x, 0, u + i, facc);
