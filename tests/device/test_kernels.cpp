@@ -122,7 +122,8 @@ struct MatmulCase {
 
 std::vector<MatmulCase> matmul_cases() {
   const std::vector<int64_t> any = {1, 7, 16, 17, 64, 100, 333};
-  const std::vector<int64_t> q32 = {32, 96, 160, 352};
+  // 544 = 17 blocks: activations are quantised 16 blocks at a time, then one by one.
+  const std::vector<int64_t> q32 = {32, 96, 160, 352, 544};
   return {{GgmlType::F32, "F32", any},   {GgmlType::F16, "F16", any},   {GgmlType::BF16, "BF16", any},
           {GgmlType::Q8_0, "Q8_0", q32}, {GgmlType::Q4_0, "Q4_0", q32}, {GgmlType::Q4_1, "Q4_1", q32},
           {GgmlType::Q5_0, "Q5_0", q32}, {GgmlType::Q5_1, "Q5_1", q32}, {GgmlType::Q4_K, "Q4_K", {256, 512}},

@@ -121,6 +121,8 @@ struct ScalarIO {
     for (int i = 0; i < 4; ++i) s += static_cast<int32_t>(static_cast<uint8_t>(w >> (8 * i))) * s8_of(x, i);
     return acc + static_cast<uint32_t>(s);
   }
+  NPULLM_HOT static VI dot2_u8(VI acc, const VI* w, const VI* x) { return dot_u8(dot_u8(acc, w[0], x[0]), w[1], x[1]); }
+  NPULLM_HOT static VI dot4_u8(VI acc, const VI* w, const VI* x) { return dot2_u8(dot2_u8(acc, w, x), w + 2, x + 2); }
   NPULLM_HOT static VI dot_s8(VI acc, VI w, VI x) {
     int32_t s = 0;
     for (int i = 0; i < 4; ++i) s += static_cast<int32_t>(s8_of(w, i)) * s8_of(x, i);

@@ -133,6 +133,17 @@ struct Avx2IO {
   NPULLM_HOT static VI dot_u8(VI acc, VI w, VI x) {
     return _mm256_add_epi32(acc, _mm256_madd_epi16(_mm256_maddubs_epi16(w, x), _mm256_set1_epi16(1)));
   }
+  // 2 or 4 groups: the int16 pair sums are added before widening (no saturation for weight bytes
+  // up to 63 / 31: 2 * 2 * 63 * 127 and 4 * 2 * 31 * 127 are below 32768).
+  NPULLM_HOT static VI dot2_u8(VI acc, const VI* w, const VI* x) {
+    const VI p = _mm256_add_epi16(_mm256_maddubs_epi16(w[0], x[0]), _mm256_maddubs_epi16(w[1], x[1]));
+    return _mm256_add_epi32(acc, _mm256_madd_epi16(p, _mm256_set1_epi16(1)));
+  }
+  NPULLM_HOT static VI dot4_u8(VI acc, const VI* w, const VI* x) {
+    const VI p01 = _mm256_add_epi16(_mm256_maddubs_epi16(w[0], x[0]), _mm256_maddubs_epi16(w[1], x[1]));
+    const VI p23 = _mm256_add_epi16(_mm256_maddubs_epi16(w[2], x[2]), _mm256_maddubs_epi16(w[3], x[3]));
+    return _mm256_add_epi32(acc, _mm256_madd_epi16(_mm256_add_epi16(p01, p23), _mm256_set1_epi16(1)));
+  }
   NPULLM_HOT static VI dot_s8(VI acc, VI w, VI x) {
     const VI p = _mm256_maddubs_epi16(_mm256_abs_epi8(w), _mm256_sign_epi8(x, w));
     return _mm256_add_epi32(acc, _mm256_madd_epi16(p, _mm256_set1_epi16(1)));

@@ -123,6 +123,10 @@ struct Avx512IO {
   NPULLM_HOT static VI srli(VI v, int n) { return _mm512_srli_epi32(v, static_cast<unsigned>(n)); }
   NPULLM_HOT static VI slli(VI v, int n) { return _mm512_slli_epi32(v, static_cast<unsigned>(n)); }
   NPULLM_HOT static VI dot_u8(VI acc, VI w, VI x) { return _mm512_dpbusd_epi32(acc, w, x); }
+  NPULLM_HOT static VI dot2_u8(VI acc, const VI* w, const VI* x) {
+    return _mm512_dpbusd_epi32(_mm512_dpbusd_epi32(acc, w[0], x[0]), w[1], x[1]);
+  }
+  NPULLM_HOT static VI dot4_u8(VI acc, const VI* w, const VI* x) { return dot2_u8(dot2_u8(acc, w, x), w + 2, x + 2); }
   NPULLM_HOT static VI madd16(VI acc, VI a, VI b) { return _mm512_dpwssd_epi32(acc, a, b); }
   NPULLM_HOT static VI sext8(VI v, int i) { return _mm512_srai_epi32(_mm512_slli_epi32(v, static_cast<unsigned>(24 - 8 * i)), 24); }
   // Bits s..s+3 of each lane pick one of 16 dwords that have 0x10 in byte i where bit i is set.

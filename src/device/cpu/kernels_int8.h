@@ -131,6 +131,8 @@ constexpr int64_t int8_work_bytes(int64_t K) {
 //   and_(v, imm), or_(a, b), xor_(v, imm), add(a, b), mullo(a, b), srli(v, n), slli(v, n)
 //   dot_u8(acc, w, x):  acc + sum_i u8(w.byte i) * s8(x.byte i) per lane
 //   dot_s8(acc, w, x):  acc + sum_i s8(w.byte i) * s8(x.byte i) per lane (x in [-127, 127])
+//   dot4_u8(acc, w, x) / dot2_u8(acc, w, x): acc + the dot_u8 of 4 / 2 (w[i], x[i]) pairs; weight
+//                       bytes at most 31 / 63 (AVX2 sums the pairs in int16 before widening)
 //   madd16(acc, a, b):  acc + s16(a.lo) * s16(b.lo) + s16(a.hi) * s16(b.hi) per lane
 //   hbit4(h, s):        byte i of each lane = 0x10 if bit s + i of h's lane is set, else 0
 //   sext8(v, i):        byte i of each lane, sign-extended
@@ -164,6 +166,28 @@ inline void make_panel(const uint8_t* W, size_t row_bytes, int64_t n, int64_t n_
 //   Q4_K / Q5_K:  G[8j + g] for sub-block j, sc[j] (int32), mn pairs MP[i] = mn_2i | mn_2i+1 << 16,
 //                 d (VF), dmin (VF)
 //   Q6_K:         G[4j + g] for sub-block j of 16, sc[j] (int32, signed), d (VF)
+
+// Q4_K / Q5_K scales. hdr = the block's first 16 bytes as 4 dwords per lane: d | dmin << 16, then
+// the 12 scale bytes. Sub-blocks 0..3 keep scale / min in the low 6 bits of bytes j / j + 4;
+// 4..7 take 4 low bits from the nibbles of byte j + 4 and 2 high bits from bits 6..7 of bytes
+// j - 4 (scale) and j (min).
+template <class IO>
+NPULLM_HOT typename IO::VI k4_scale(const typename IO::VI* hdr, int j) {
+  if (j < 4) return IO::and_(IO::srli(hdr[1], 8 * j), 63);
+  j -= 4;
+  return IO::or_(IO::and_(IO::srli(hdr[3], 8 * j), 0x0F), IO::slli(IO::and_(IO::srli(hdr[1], 8 * j + 6), 3), 4));
+}
+template <class IO>
+NPULLM_HOT typename IO::VI k4_min(const typename IO::VI* hdr, int j) {
+  if (j < 4) return IO::and_(IO::srli(hdr[2], 8 * j), 63);
+  j -= 4;
+  return IO::or_(IO::and_(IO::srli(hdr[3], 8 * j + 4), 0x0F), IO::slli(IO::and_(IO::srli(hdr[2], 8 * j + 6), 3), 4));
+}
+// mn_2i | mn_2i+1 << 16, the pair layout of IO::madd16.
+template <class IO>
+NPULLM_HOT typename IO::VI k4_min_pair(const typename IO::VI* hdr, int i) {
+  return IO::or_(k4_min<IO>(hdr, 2 * i), IO::slli(k4_min<IO>(hdr, 2 * i + 1), 16));
+}
 
 template <class IO, GgmlType T>
 NPULLM_HOT void decode_unit(const Panel<IO>& p, int64_t u, typename IO::VI* dec) {
@@ -201,25 +225,14 @@ NPULLM_HOT void decode_unit(const Panel<IO>& p, int64_t u, typename IO::VI* dec)
     for (int g = 0; g < 8; ++g) dec[g] = IO::kVnni ? IO::xor_(t[g], static_cast<int32_t>(0x80808080u)) : t[g];
     decf[8] = IO::f16lo(IO::gather32(p, o));
   } else if constexpr (T == GgmlType::Q4_K || T == GgmlType::Q5_K) {
-    // 12 scale bytes: sub-blocks 0..3 keep scale / min in the low 6 bits of bytes j / j + 4;
-    // 4..7 take 4 low bits from the nibbles of byte j + 4 and 2 high bits from bits 6..7 of
-    // bytes j - 4 (scale) and j (min).
     VI hdr[4];
     IO::tload4(p.rows, o, hdr);  // d | dmin << 16, scale bytes 0..3, 4..7, 8..11
-    const VI dd = hdr[0], s0 = hdr[1], s1 = hdr[2], s2 = hdr[3];
-    VI* sc = dec + 64;
-    VI mn[8];
     NPULLM_UNROLL_I8
-    for (int j = 0; j < 4; ++j) {
-      sc[j] = IO::and_(IO::srli(s0, 8 * j), 63);
-      mn[j] = IO::and_(IO::srli(s1, 8 * j), 63);
-      sc[j + 4] = IO::or_(IO::and_(IO::srli(s2, 8 * j), 0x0F), IO::slli(IO::and_(IO::srli(s0, 8 * j + 6), 3), 4));
-      mn[j + 4] = IO::or_(IO::and_(IO::srli(s2, 8 * j + 4), 0x0F), IO::slli(IO::and_(IO::srli(s1, 8 * j + 6), 3), 4));
-    }
+    for (int j = 0; j < 8; ++j) dec[64 + j] = k4_scale<IO>(hdr, j);
     NPULLM_UNROLL_I8
-    for (int i = 0; i < 4; ++i) dec[72 + i] = IO::or_(mn[2 * i], IO::slli(mn[2 * i + 1], 16));
-    decf[76] = IO::f16lo(dd);
-    decf[77] = IO::f16hi(dd);
+    for (int i = 0; i < 4; ++i) dec[72 + i] = k4_min_pair<IO>(hdr, i);
+    decf[76] = IO::f16lo(hdr[0]);
+    decf[77] = IO::f16hi(hdr[0]);
     // qs: 32 bytes per 64 elements, low nibbles = sub-block 2c, high nibbles = sub-block 2c + 1.
     constexpr int64_t qs = T == GgmlType::Q4_K ? 16 : 48;
     VI qh[8];
@@ -392,16 +405,29 @@ NPULLM_HOT void tile_unit(const typename IO::VI* const* dec, const XQ& x, int64_
       NPULLM_UNROLL_I8
       for (int q = 0; q < P; ++q) ia[m][q] = init;
     }
-    NPULLM_UNROLL_I8
-    for (int g = 0; g < 8; ++g) {
-      VI w[P];
+    if constexpr (T == GgmlType::Q8_0) {
       NPULLM_UNROLL_I8
-      for (int q = 0; q < P; ++q) w[q] = dec[q][g];
-      NPULLM_UNROLL_I8
-      for (int m = 0; m < TM; ++m) {
-        const VI xb = IO::bcast32(x.q + (xm + m) * x.ldq + 32 * u + 4 * g);
+      for (int g = 0; g < 8; ++g) {
+        VI w[P];
         NPULLM_UNROLL_I8
-        for (int q = 0; q < P; ++q) ia[m][q] = dot(ia[m][q], w[q], xb);
+        for (int q = 0; q < P; ++q) w[q] = dec[q][g];
+        NPULLM_UNROLL_I8
+        for (int m = 0; m < TM; ++m) {
+          const VI xb = IO::bcast32(x.q + (xm + m) * x.ldq + 32 * u + 4 * g);
+          NPULLM_UNROLL_I8
+          for (int q = 0; q < P; ++q) ia[m][q] = dot(ia[m][q], w[q], xb);
+        }
+      }
+    } else {  // weight bytes <= 31: four groups per step
+      NPULLM_UNROLL_I8
+      for (int g = 0; g < 8; g += 4) {
+        NPULLM_UNROLL_I8
+        for (int m = 0; m < TM; ++m) {
+          const int8_t* xr = x.q + (xm + m) * x.ldq + 32 * u + 4 * g;
+          const VI xb[4] = {IO::bcast32(xr), IO::bcast32(xr + 4), IO::bcast32(xr + 8), IO::bcast32(xr + 12)};
+          NPULLM_UNROLL_I8
+          for (int q = 0; q < P; ++q) ia[m][q] = IO::dot4_u8(ia[m][q], dec[q] + g, xb);
+        }
       }
     }
     NPULLM_UNROLL_I8
@@ -434,15 +460,13 @@ NPULLM_HOT void tile_unit(const typename IO::VI* const* dec, const XQ& x, int64_
         NPULLM_UNROLL_I8
         for (int q = 0; q < P; ++q) ia[m][q] = IO::zero();
       NPULLM_UNROLL_I8
-      for (int g = 0; g < 8; ++g) {
-        VI w[P];
-        NPULLM_UNROLL_I8
-        for (int q = 0; q < P; ++q) w[q] = dec[q][8 * j + g];
+      for (int g = 0; g < 8; g += 4) {
         NPULLM_UNROLL_I8
         for (int m = 0; m < TM; ++m) {
-          const VI xb = IO::bcast32(x.q + (xm + m) * x.ldq + 256 * u + 32 * j + 4 * g);
+          const int8_t* xr = x.q + (xm + m) * x.ldq + 256 * u + 32 * j + 4 * g;
+          const VI xb[4] = {IO::bcast32(xr), IO::bcast32(xr + 4), IO::bcast32(xr + 8), IO::bcast32(xr + 12)};
           NPULLM_UNROLL_I8
-          for (int q = 0; q < P; ++q) ia[m][q] = IO::dot_u8(ia[m][q], w[q], xb);
+          for (int q = 0; q < P; ++q) ia[m][q] = IO::dot4_u8(ia[m][q], dec[q] + 8 * j + g, xb);
         }
       }
       NPULLM_UNROLL_I8
@@ -488,15 +512,13 @@ NPULLM_HOT void tile_unit(const typename IO::VI* const* dec, const XQ& x, int64_
         for (int q = 0; q < P; ++q) ia[m][q] = init;
       }
       NPULLM_UNROLL_I8
-      for (int g = 0; g < 4; ++g) {
-        VI w[P];
-        NPULLM_UNROLL_I8
-        for (int q = 0; q < P; ++q) w[q] = dec[q][4 * j + g];
+      for (int g = 0; g < 4; g += 2) {  // weight bytes <= 63: two groups per step
         NPULLM_UNROLL_I8
         for (int m = 0; m < TM; ++m) {
-          const VI xb = IO::bcast32(x.q + (xm + m) * x.ldq + 256 * u + 16 * j + 4 * g);
+          const int8_t* xr = x.q + (xm + m) * x.ldq + 256 * u + 16 * j + 4 * g;
+          const VI xb[2] = {IO::bcast32(xr), IO::bcast32(xr + 4)};
           NPULLM_UNROLL_I8
-          for (int q = 0; q < P; ++q) ia[m][q] = IO::dot_u8(ia[m][q], w[q], xb);
+          for (int q = 0; q < P; ++q) ia[m][q] = IO::dot2_u8(ia[m][q], dec[q] + 4 * j + g, xb);
         }
       }
       NPULLM_UNROLL_I8
@@ -559,6 +581,211 @@ void quantize_chunk(GgmlType wt, const float* x, int64_t K, int64_t mc, XQ& xq) 
   }
 }
 
+// ---- decode of the K-quants, fused ---------------------------------------------------------------
+//
+// For M <= kGemvMaxM the K-quants are decoded and consumed 64 elements at a time, in registers:
+// decoding a whole super-block first (decode_unit) would park its 64 vectors on the stack and
+// read them back. Same arithmetic, same order as tile_unit.
+
+// Q4_K / Q5_K: per 32-byte chunk c of qs, the low nibbles are sub-block 2c, the high 2c + 1.
+template <class IO, GgmlType T, int TM>
+NPULLM_HOT void gemv_unit_k4(const Panel<IO>& p, int64_t u, const XQ& x, typename IO::VF (&facc)[TM][1]) {
+  using VI = typename IO::VI;
+  using VF = typename IO::VF;
+  constexpr bool five = T == GgmlType::Q5_K;
+  const int64_t o = u * (five ? 176 : 144);
+  VI hdr[4], qh[8];
+  IO::tload4(p.rows, o, hdr);
+  if constexpr (five) IO::tload8(p.rows, o + 16, qh);
+  VI isc[TM];
+  NPULLM_UNROLL_I8
+  for (int m = 0; m < TM; ++m) isc[m] = IO::zero();
+  NPULLM_UNROLL_I8
+  for (int c = 0; c < 4; ++c) {
+    VI t[8];
+    IO::tload8(p.rows, o + (five ? 48 : 16) + 32 * c, t);
+    VI ia0[TM], ia1[TM];
+    NPULLM_UNROLL_I8
+    for (int m = 0; m < TM; ++m) ia0[m] = IO::zero(), ia1[m] = IO::zero();
+    NPULLM_UNROLL_I8
+    for (int g = 0; g < 8; g += 4) {
+      VI lo[4], hi[4];
+      NPULLM_UNROLL_I8
+      for (int i = 0; i < 4; ++i) {
+        lo[i] = IO::and_(t[g + i], 0x0F0F0F0F);
+        hi[i] = IO::and_(IO::srli(t[g + i], 4), 0x0F0F0F0F);
+        if constexpr (five) {
+          const int j0 = 2 * c, j1 = 2 * c + 1;  // bit j of each qh byte -> bit 4
+          const VI h = qh[g + i];
+          lo[i] = IO::or_(lo[i], IO::and_(j0 <= 4 ? IO::slli(h, 4 - j0) : IO::srli(h, j0 - 4), 0x10101010));
+          hi[i] = IO::or_(hi[i], IO::and_(j1 <= 4 ? IO::slli(h, 4 - j1) : IO::srli(h, j1 - 4), 0x10101010));
+        }
+      }
+      NPULLM_UNROLL_I8
+      for (int m = 0; m < TM; ++m) {
+        const int8_t* xm = x.q + m * x.ldq + 256 * u + 64 * c + 4 * g;
+        const VI x0[4] = {IO::bcast32(xm), IO::bcast32(xm + 4), IO::bcast32(xm + 8), IO::bcast32(xm + 12)};
+        const VI x1[4] = {IO::bcast32(xm + 32), IO::bcast32(xm + 36), IO::bcast32(xm + 40), IO::bcast32(xm + 44)};
+        ia0[m] = IO::dot4_u8(ia0[m], lo, x0);
+        ia1[m] = IO::dot4_u8(ia1[m], hi, x1);
+      }
+    }
+    const VI sc0 = k4_scale<IO>(hdr, 2 * c), sc1 = k4_scale<IO>(hdr, 2 * c + 1);
+    NPULLM_UNROLL_I8
+    for (int m = 0; m < TM; ++m) isc[m] = IO::add(IO::add(isc[m], IO::mullo(ia0[m], sc0)), IO::mullo(ia1[m], sc1));
+  }
+  const VF d = IO::f16lo(hdr[0]), dmin = IO::f16hi(hdr[0]);
+  NPULLM_UNROLL_I8
+  for (int m = 0; m < TM; ++m) {
+    VI imn = IO::zero();
+    NPULLM_UNROLL_I8
+    for (int i = 0; i < 4; ++i) imn = IO::madd16(imn, k4_min_pair<IO>(hdr, i), IO::set1(x.c[m * x.ldc + 4 * u + i]));
+    const VF dx = IO::bcastf(x.d[m * x.ldd + u]);
+    facc[m][0] = IO::fmaf(IO::cvt(isc[m]), IO::mulf(dx, d), facc[m][0]);
+    facc[m][0] = IO::fmaf(IO::cvt(imn), IO::mulf(dx, dmin), facc[m][0]);
+  }
+}
+
+// Q6_K: each half h loads ql[0..31] (a), ql[32..63] (b) and qh[0..31]; quarters 0 and 2 (low /
+// high nibbles of a) are consumed before b is loaded, then quarters 1 and 3.
+template <class IO, int TM>
+NPULLM_HOT void gemv_unit_q6k(const Panel<IO>& p, int64_t u, const XQ& x, typename IO::VF (&facc)[TM][1]) {
+  using VI = typename IO::VI;
+  using VF = typename IO::VF;
+  const int64_t o = u * 210;
+  VI scw[4];
+  IO::tload4(p.rows, o + 192, scw);
+  VI isc[TM];
+  NPULLM_UNROLL_I8
+  for (int m = 0; m < TM; ++m) isc[m] = IO::zero();
+  NPULLM_UNROLL_I8
+  for (int h = 0; h < 2; ++h) {
+    VI qh[8];
+    IO::tload8(p.rows, o + 128 + 32 * h, qh);
+    NPULLM_UNROLL_I8
+    for (int half = 0; half < 2; ++half) {  // ql bytes 0..31 (quarters 0, 2), then 32..63 (1, 3)
+      VI t[8];
+      IO::tload8(p.rows, o + 64 * h + 32 * half, t);
+      NPULLM_UNROLL_I8
+      for (int hi = 0; hi < 2; ++hi) {
+        const int quarter = half + 2 * hi;
+        NPULLM_UNROLL_I8
+        for (int jj = 0; jj < 2; ++jj) {  // the two sub-blocks of 16 in this quarter
+          const int j = 8 * h + 2 * quarter + jj;
+          VI ia[TM];
+          NPULLM_UNROLL_I8
+          for (int m = 0; m < TM; ++m) ia[m] = IO::set1(x.c[m * x.ldc + 16 * u + j]);
+          NPULLM_UNROLL_I8
+          for (int g = 4 * jj; g < 4 * jj + 4; g += 2) {
+            VI w[2];
+            NPULLM_UNROLL_I8
+            for (int i = 0; i < 2; ++i) {
+              const VI tg = t[g + i], hg = qh[g + i];
+              const VI lo4 = hi ? IO::and_(IO::srli(tg, 4), 0x0F0F0F0F) : IO::and_(tg, 0x0F0F0F0F);
+              const VI hb = quarter == 0 ? IO::slli(hg, 4) : quarter == 1 ? IO::slli(hg, 2)
+                          : quarter == 2 ? hg : IO::srli(hg, 2);
+              w[i] = IO::or_(lo4, IO::and_(hb, 0x30303030));
+            }
+            NPULLM_UNROLL_I8
+            for (int m = 0; m < TM; ++m) {
+              const int8_t* xr = x.q + m * x.ldq + 256 * u + 128 * h + 32 * quarter + 4 * g;
+              const VI xb[2] = {IO::bcast32(xr), IO::bcast32(xr + 4)};
+              ia[m] = IO::dot2_u8(ia[m], w, xb);
+            }
+          }
+          const VI sc = IO::sext8(scw[j / 4], j % 4);
+          NPULLM_UNROLL_I8
+          for (int m = 0; m < TM; ++m) isc[m] = IO::add(isc[m], IO::mullo(ia[m], sc));
+        }
+      }
+    }
+  }
+  const VF d = IO::f16hi(IO::gather32(p, o + 206));
+  NPULLM_UNROLL_I8
+  for (int m = 0; m < TM; ++m)
+    facc[m][0] = IO::fmaf(IO::cvt(isc[m]), IO::mulf(IO::bcastf(x.d[m * x.ldd + u]), d), facc[m][0]);
+}
+
+// ---- decode of the 32-element types, 8 blocks at a time -------------------------------------------
+//
+// For M <= kGemvMaxM, 8 consecutive blocks of a row (144 bytes for Q4_0 ... 272 for Q8_0, always a
+// multiple of 16) are read as whole 32-byte pieces (tload8) plus at most one 16-byte tail (tload4):
+// dwords D[0 ..) of the group. A field at byte offset f of the group is D[f / 4] when f % 4 == 0,
+// and mid_dword(D, f / 4) when f % 4 == 2 (block sizes are even). Each piece is loaded just before
+// the first block that needs it, so at most two pieces are live. Compared with block pairs this
+// moves fewer bytes through shuffles and reads each row in aligned 32-byte steps, which streamed
+// from memory at the Q4_K rate where pairs did not (2 threads: ~42 vs ~27 GB/s).
+template <GgmlType T>
+constexpr int64_t block_bytes() {
+  return T == GgmlType::Q4_0 ? 18 : T == GgmlType::Q4_1 ? 20 : T == GgmlType::Q5_0 ? 22 : T == GgmlType::Q5_1 ? 24 : 34;
+}
+
+template <class IO>
+NPULLM_HOT typename IO::VI field32(const typename IO::VI* d, int64_t f) {
+  return f % 4 == 0 ? d[f / 4] : mid_dword<IO>(d, static_cast<int>(f / 4));
+}
+
+// The last dword field32 reads for the n bytes at offset f (n a multiple of 4).
+constexpr int64_t last_dword(int64_t f, int64_t n) { return f % 4 == 0 ? (f + n) / 4 - 1 : (f + n + 2) / 4 - 1; }
+
+template <class IO, GgmlType T, int TM>
+NPULLM_HOT void gemv_octet(const Panel<IO>& p, int64_t u0, const XQ& x, typename IO::VF (&facc)[TM][1]) {
+  using VI = typename IO::VI;
+  using VF = typename IO::VF;
+  constexpr int64_t B = block_bytes<T>();
+  constexpr int64_t total = 8 * B;            // bytes of the group
+  constexpr int n32 = static_cast<int>(total / 32);  // whole 32-byte pieces; total % 32 is 0 or 16
+  const int64_t o = u0 * B;
+  VI D[total / 4];
+  int loaded = 0;  // dwords of D loaded so far
+  auto need = [&](int64_t upto_dword) {  // makes D[0 .. upto_dword] available
+    while (loaded <= upto_dword) {
+      if (loaded / 8 < n32) {
+        IO::tload8(p.rows, o + 4 * loaded, D + loaded);
+        loaded += 8;
+      } else {
+        IO::tload4(p.rows, o + 4 * loaded, D + loaded);
+        loaded += 4;
+      }
+    }
+  };
+  NPULLM_UNROLL_I8
+  for (int b = 0; b < 8; ++b) {
+    const int64_t f = b * B;  // the block's first byte in the group
+    VI dec[10];
+    VF* decf = reinterpret_cast<VF*>(dec);
+    if constexpr (T == GgmlType::Q8_0) {
+      need(last_dword(f + 2, 32));
+      VI dm = D[(f - f % 4) / 4];  // d sits at f: dword-aligned, or the high half
+      if (f % 4 == 2) dm = IO::srli(dm, 16);
+      NPULLM_UNROLL_I8
+      for (int g = 0; g < 8; ++g) {
+        const VI w = field32<IO>(D, f + 2 + 4 * g);
+        dec[g] = IO::kVnni ? IO::xor_(w, static_cast<int32_t>(0x80808080u)) : w;
+      }
+      decf[8] = IO::f16lo(dm);
+    } else {
+      constexpr int64_t qs = T == GgmlType::Q4_0 ? 2 : T == GgmlType::Q4_1 ? 4 : T == GgmlType::Q5_0 ? 6 : 8;
+      need(last_dword(f + qs, 16));
+      VI dm = D[(f - f % 4) / 4];  // d (and m) sit at f: dword-aligned, or the high half
+      if (f % 4 == 2) dm = IO::srli(dm, 16);
+      VI q4[4];
+      NPULLM_UNROLL_I8
+      for (int g = 0; g < 4; ++g) q4[g] = field32<IO>(D, f + qs + 4 * g);
+      constexpr bool five = T == GgmlType::Q5_0 || T == GgmlType::Q5_1;
+      const VI qh = five ? field32<IO>(D, f + (T == GgmlType::Q5_0 ? 2 : 4)) : IO::zero();
+      nibbles_to_g<IO, five>(q4, qh, dec);
+      decf[8] = IO::f16lo(dm);
+      if constexpr (T == GgmlType::Q4_1 || T == GgmlType::Q5_1) {
+        // m is the high half of the dword at f: f is dword-aligned for these types
+        decf[9] = IO::f16hi(D[f / 4]);
+      }
+    }
+    const VI* dp[1] = {dec};
+    tile_unit<IO, T, TM, 1>(dp, x, 0, u0 + b, facc);
+  }
+}
+
 // ---- drivers ---------------------------------------------------------------------------------------
 
 // Stores R outputs of x row m (lanes past `valid` are dropped): (acc + bias) + res, as epilogue().
@@ -599,8 +826,10 @@ void gemv_panels(const uint8_t* W, size_t row_bytes, int64_t nu, const XQ& x, in
   Panel<IO> pan[P];
   for (int q = 0; q < P; ++q) make_panel<IO>(W, row_bytes, n + q * IO::R, n_end, pan[q]);
   constexpr int V = unit_vecs(T);
-  constexpr int S = has_pair_decode(T) ? 2 : 1;  // units decoded per step
-  alignas(64) VI buf[P][S * V];
+  constexpr bool octets = act_format(T) == ActFormat::Q8_0 && P == 1;
+  constexpr int S = octets ? 8 : has_pair_decode(T) ? 2 : 1;  // units decoded per step
+  constexpr bool fused = P == 1 && (T == GgmlType::Q4_K || T == GgmlType::Q5_K || T == GgmlType::Q6_K);
+  alignas(64) VI buf[P][fused ? 1 : 2 * V];  // decoded units (the fused K-quant decode needs none)
   VF facc[TM][P];
   for (int m = 0; m < TM; ++m)
     for (int q = 0; q < P; ++q) facc[m][q] = IO::zerof();
@@ -612,15 +841,34 @@ void gemv_panels(const uint8_t* W, size_t row_bytes, int64_t nu, const XQ& x, in
   const int64_t steps = (nu + S - 1) / S;
   int64_t step = 0;
   for (int64_t u = 0; u < nu; u += S, ++step) {
-    const int cnt = nu - u < S ? 1 : S;
+    const int cnt = nu - u < S ? static_cast<int>(nu - u) : S;
     int64_t target = next + (step + 1) * panel_bytes / steps;
     if (target > pf_end) target = pf_end;
     for (; pf < target; pf += 64) __builtin_prefetch(W + pf, 0, 3);
-    for (int q = 0; q < P; ++q) decode_units<IO, T>(pan[q], u, cnt, buf[q]);
-    for (int i = 0; i < cnt; ++i) {
-      const VI* dec[P];
-      for (int q = 0; q < P; ++q) dec[q] = buf[q] + i * V;
-      tile_unit<IO, T, TM, P>(dec, x, 0, u + i, facc);
+    if constexpr (octets) {
+      if (cnt == 8) {
+        gemv_octet<IO, T, TM>(pan[0], u, x, facc);
+      } else {  // the last nu % 8 blocks: pairs, then a single one
+        for (int64_t v = u; v < nu; v += 2) {
+          const int c2 = nu - v < 2 ? 1 : 2;
+          decode_units<IO, T>(pan[0], v, c2, buf[0]);
+          for (int i = 0; i < c2; ++i) {
+            const VI* dec[1] = {buf[0] + i * V};
+            tile_unit<IO, T, TM, 1>(dec, x, 0, v + i, facc);
+          }
+        }
+      }
+    } else if constexpr (fused && T != GgmlType::Q6_K) {
+      gemv_unit_k4<IO, T, TM>(pan[0], u, x, facc);
+    } else if constexpr (fused) {
+      gemv_unit_q6k<IO, TM>(pan[0], u, x, facc);
+    } else {
+      for (int q = 0; q < P; ++q) decode_units<IO, T>(pan[q], u, cnt, buf[q]);
+      for (int i = 0; i < cnt; ++i) {
+        const VI* dec[P];
+        for (int q = 0; q < P; ++q) dec[q] = buf[q] + i * V;
+        tile_unit<IO, T, TM, P>(dec, x, 0, u + i, facc);
+      }
     }
   }
   for (int m = 0; m < TM; ++m)
