@@ -456,6 +456,37 @@ TEST_P(KernelIsa, Int8MatmulMatchesScalarModelBitForBit) {
   }
 }
 
+// Prefill: x quantised once up front (in uneven row pieces, as the device's threads do) and handed
+// to every output chunk gives the same bits as the model; decode shapes and F32-activation types
+// take no pre-quantised x.
+TEST_P(KernelIsa, Int8PrequantizedActivationsMatchModelBitForBit) {
+  uint32_t seed = 900;
+  for (const MatmulCase& c : matmul_cases()) {
+    if (!uses_int8(c.type)) continue;
+    const int64_t K = c.Ks.back();
+    EXPECT_EQ(prequantized_x_bytes(c.type, 4, K), 0) << c.name << ": M = 4 is decoded, x quantised inside";
+    for (int64_t M : {5, 70}) {
+      SCOPED_TRACE(std::string(c.name) + " K=" + std::to_string(K) + " M=" + std::to_string(M));
+      const int64_t N = 37;
+      const Weights w = make_weights(c.type, N, K, seed++);
+      const std::vector<float> x = randn(static_cast<size_t>(M * K), seed++);
+      const int64_t bytes = prequantized_x_bytes(c.type, M, K);
+      ASSERT_GT(bytes, 0);
+      std::vector<uint8_t> store(static_cast<size_t>(bytes) + 64, 0xA5);
+      void* xq = store.data() + (64 - reinterpret_cast<uintptr_t>(store.data()) % 64) % 64;
+      prequantize_x(c.type, x.data(), M, K, xq, 3, M);  // out of order, uneven pieces
+      prequantize_x(c.type, x.data(), M, K, xq, 0, 3);
+      const std::vector<float> want = int8_model_matmul(x, M, w, nullptr, nullptr);
+      std::vector<float> got(static_cast<size_t>(M * N)), work(static_cast<size_t>(matmul_work_floats(K)));
+      for (auto [a, b] : std::vector<std::pair<int64_t, int64_t>>{{0, 17}, {17, N}})
+        matmul(x.data(), M, K, w.bytes.data(), w.type, nullptr, nullptr, got.data(), N, a, b, work.data(), xq);
+      for (size_t i = 0; i < got.size(); ++i)
+        ASSERT_TRUE(same_bits(got[i], want[i])) << "element " << i << ": " << got[i] << " vs " << want[i];
+    }
+  }
+  EXPECT_EQ(prequantized_x_bytes(GgmlType::F16, 64, 256), 0);
+}
+
 // Activations with extremes: all zeros (scale 0), one huge element per block, and exact ties
 // (amax = 127 makes x * 127 / amax = x, and x = k + 0.5 rounds to even).
 TEST_P(KernelIsa, Int8MatmulEdgeActivations) {

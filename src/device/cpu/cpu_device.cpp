@@ -36,7 +36,19 @@ Split split_of(const TaskDesc& t) {
   return {0, 1};
 }
 
-void run_chunk(const TaskDesc& t, int64_t b, int64_t e, float* work) {
+// A growable 64-byte-aligned byte buffer (contents are not kept when it grows).
+class AlignedBytes {
+ public:
+  AlignedBytes() = default;
+  explicit AlignedBytes(size_t n) : store_(n + 63) {}
+  uint8_t* data() { return store_.data() + (64 - reinterpret_cast<uintptr_t>(store_.data()) % 64) % 64; }
+  size_t size() const { return store_.empty() ? 0 : store_.size() - 63; }
+
+ private:
+  std::vector<uint8_t> store_;
+};
+
+void run_chunk(const TaskDesc& t, int64_t b, int64_t e, float* work, const void* xq) {
   switch (static_cast<OpCode>(t.op)) {
     case OpCode::Embed:
       embed_rows(ty(t, 0), p<const void>(t, 0), t.dim[2], t.dim[1], p<const int32_t>(t, 1), p<float>(t, 2), b, e);
@@ -46,7 +58,7 @@ void run_chunk(const TaskDesc& t, int64_t b, int64_t e, float* work) {
       break;
     case OpCode::MatMul:
       matmul(p<const float>(t, 0), t.dim[0], t.dim[1], p<const void>(t, 1), ty(t, 1), p<const float>(t, 3),
-             p<const float>(t, 4), p<float>(t, 2), t.dim[2], b, e, work);
+             p<const float>(t, 4), p<float>(t, 2), t.dim[2], b, e, work, xq);
       break;
     case OpCode::Add: add(p<const float>(t, 0), p<const float>(t, 1), p<float>(t, 2), b, e); break;
     case OpCode::SwiGlu: swiglu(p<const float>(t, 0), p<const float>(t, 1), p<float>(t, 2), b, e); break;
@@ -95,8 +107,46 @@ class CpuDevice final : public device::Device {
   }
 
  private:
+  // Prefill matmuls with int8 activations: x is quantised once per stage, all threads helping,
+  // instead of once per output chunk; matmuls of the stage that read the same x for the same
+  // weight type (q/k/v, gate/up) share it. Fills xq_[i] for each task of the stage (null = none).
+  void prequantize(const TaskDesc* tasks, size_t n) {
+    xq_.assign(n, nullptr);
+    pre_.clear();
+    size_t bytes = 0;
+    for (size_t i = 0; i < n; ++i) {
+      const TaskDesc& t = tasks[i];
+      if (t.op != static_cast<uint32_t>(OpCode::MatMul)) continue;
+      const int64_t need = prequantized_x_bytes(ty(t, 1), t.dim[0], t.dim[1]);
+      if (need == 0) continue;
+      auto same = std::find_if(pre_.begin(), pre_.end(), [&](const PreQ& q) {
+        return q.x == p<const float>(t, 0) && q.wt == ty(t, 1) && q.M == t.dim[0] && q.K == t.dim[1];
+      });
+      if (same == pre_.end()) {
+        pre_.emplace_back(p<const float>(t, 0), ty(t, 1), t.dim[0], t.dim[1], bytes, i);
+        bytes += static_cast<size_t>(need + 63) / 64 * 64;
+      } else {
+        same->tasks.push_back(i);
+      }
+    }
+    if (pre_.empty()) return;
+    if (xq_buf_.size() < bytes) xq_buf_ = AlignedBytes(bytes);
+    constexpr int64_t kRows = 16;  // rows of x per item
+    std::vector<int64_t> first(pre_.size() + 1, 0);
+    for (size_t j = 0; j < pre_.size(); ++j) first[j + 1] = first[j] + (pre_[j].M + kRows - 1) / kRows;
+    pool_.run(first.back(), [&](int64_t item, int) {
+      const size_t j = static_cast<size_t>(std::upper_bound(first.begin(), first.end(), item) - first.begin() - 1);
+      const PreQ& q = pre_[j];
+      const int64_t m0 = (item - first[j]) * kRows;
+      prequantize_x(q.wt, q.x, q.M, q.K, xq_buf_.data() + q.off, m0, std::min(q.M, m0 + kRows));
+    });
+    for (const PreQ& q : pre_)
+      for (size_t i : q.tasks) xq_[i] = xq_buf_.data() + q.off;
+  }
+
   // Cuts each task of the stage into chunks, numbers all chunks 0..n-1, and lets the pool take them.
   void run_stage(const TaskDesc* tasks, size_t n) {
+    prequantize(tasks, n);
     const int64_t threads = pool_.threads();
     chunk_start_.assign(n + 1, 0);
     chunk_count_.resize(n);
@@ -114,12 +164,26 @@ class CpuDevice final : public device::Device {
       const int64_t per = (s.length + chunk_count_[i] - 1) / chunk_count_[i];
       const int64_t step = (per + s.grain - 1) / s.grain * s.grain;
       const int64_t b = std::min(s.length, c * step), e = std::min(s.length, b + step);
-      if (b < e) run_chunk(tasks[i], b, e, work_[static_cast<size_t>(worker)].data());
+      if (b < e) run_chunk(tasks[i], b, e, work_[static_cast<size_t>(worker)].data(), xq_[i]);
     });
   }
 
+  // One activation quantisation of a stage and the tasks that use it.
+  struct PreQ {
+    const float* x;
+    GgmlType wt;
+    int64_t M, K;
+    size_t off;                  // in xq_buf_
+    std::vector<size_t> tasks;
+    PreQ(const float* x_, GgmlType wt_, int64_t M_, int64_t K_, size_t off_, size_t task)
+        : x(x_), wt(wt_), M(M_), K(K_), off(off_), tasks{task} {}
+  };
+
   WorkerPool pool_;
   std::vector<std::vector<float>> work_;
+  std::vector<PreQ> pre_;
+  std::vector<const void*> xq_;
+  AlignedBytes xq_buf_;
   std::vector<int64_t> chunk_start_, chunk_count_;
 };
 

@@ -190,12 +190,15 @@ struct ScalarIO {
 
 void scalar_matmul(const float* x, int64_t M, int64_t K, const void* W, GgmlType wt, size_t row_bytes,
                    const float* bias, const float* res, float* out, int64_t N, int64_t n0, int64_t n1,
-                   float* work) {
+                   float* work, const void* xq) {
   if (int8_supported(wt)) {
-    int8_matmul<ScalarIO>(x, M, K, W, wt, row_bytes, bias, res, out, N, n0, n1, work);
+    int8_matmul<ScalarIO>(x, M, K, W, wt, row_bytes, bias, res, out, N, n0, n1, work, xq);
     return;
   }
   matmul_impl<ScalarOps>(x, M, K, W, wt, row_bytes, bias, res, out, N, n0, n1, work);
+}
+void scalar_quantize_x(GgmlType wt, const float* x, int64_t M, int64_t K, void* dst, int64_t m0, int64_t m1) {
+  int8_quantize_x<ScalarIO>(wt, x, M, K, dst, m0, m1);
 }
 void scalar_attention(const float* q, const void* k, GgmlType k_type, const void* v, GgmlType v_type,
                       const float* mask, float* out, int64_t H, int64_t Hkv, int64_t hd, int64_t C,
@@ -206,7 +209,7 @@ void scalar_swiglu(const float* gate, const float* up, float* out, int64_t i0, i
   swiglu_impl<ScalarOps>(gate, up, out, i0, i1);
 }
 
-constexpr IsaKernels kScalar{"scalar", scalar_matmul, scalar_attention, scalar_swiglu};
+constexpr IsaKernels kScalar{"scalar", scalar_matmul, scalar_quantize_x, scalar_attention, scalar_swiglu};
 
 }  // namespace
 
@@ -419,8 +422,19 @@ MatmulActivations matmul_activations(GgmlType wt) {
 
 int64_t attention_work_floats(int64_t C) { return C > 0 ? C : 0; }
 
+int64_t prequantized_x_bytes(GgmlType wt, int64_t M, int64_t K) {
+  if (!detail::int8_supported(wt) || M <= detail::kGemvMaxM || K <= 0 || K % detail::unit_elems(wt) != 0) return 0;
+  return detail::xq_all_bytes(M, K);
+}
+
+void prequantize_x(GgmlType wt, const float* x, int64_t M, int64_t K, void* dst, int64_t m0, int64_t m1) {
+  if (prequantized_x_bytes(wt, M, K) == 0) fail("prequantize_x: {} weights with M={} K={} take no pre-quantised x", ggml_type_name(wt), M, K);
+  check_range("prequantize_x", "row", m0, m1, M);
+  if (m0 < m1) active().quantize_x(wt, x, M, K, dst, m0, m1);
+}
+
 void matmul(const float* x, int64_t M, int64_t K, const void* W, GgmlType wt, const float* bias,
-            const float* res, float* out, int64_t N, int64_t n0, int64_t n1, float* work) {
+            const float* res, float* out, int64_t N, int64_t n0, int64_t n1, float* work, const void* xq) {
   check_range("matmul", "output", n0, n1, N);
   if (M < 0 || K < 0) fail("matmul: bad shape M={} K={}", M, K);
   if (!ggml_type_known(static_cast<uint32_t>(wt)) || !ggml_type_traits(wt).can_dequantize)
@@ -429,7 +443,8 @@ void matmul(const float* x, int64_t M, int64_t K, const void* W, GgmlType wt, co
   if (M == 0 || n0 == n1) return;
   const bool needs_work = M > 1 || !detail::has_loader(wt) || detail::int8_supported(wt);
   if (needs_work && work == nullptr) fail("matmul: {} weights with M={} need a work buffer", ggml_type_name(wt), M);
-  active().matmul(x, M, K, W, wt, row_bytes, bias, res, out, N, n0, n1, work);
+  if (xq && prequantized_x_bytes(wt, M, K) == 0) fail("matmul: {} weights with M={} take no pre-quantised x", ggml_type_name(wt), M);
+  active().matmul(x, M, K, W, wt, row_bytes, bias, res, out, N, n0, n1, work, xq);
 }
 
 void swiglu(const float* gate, const float* up, float* out, int64_t i0, int64_t i1) {

@@ -33,8 +33,17 @@ void rmsnorm_rows(const float* x, const float* w, float* out, int64_t D, float e
 // Either way M = 1 (decode) and M > 1 (prefill) agree bit for bit, and so does any [n0, n1) split.
 // work: matmul_work_floats(K) floats; may be null only when M == 1 and wt is F32, F16 or BF16
 // (decode streams the weights without scratch).
+// xq: null, or x already quantised by prequantize_x for this wt (prefill: the device quantises a
+// stage's activations once instead of once per output chunk); the results are the same bits.
 void matmul(const float* x, int64_t M, int64_t K, const void* W, GgmlType wt, const float* bias,
-            const float* res, float* out, int64_t N, int64_t n0, int64_t n1, float* work);
+            const float* res, float* out, int64_t N, int64_t n0, int64_t n1, float* work,
+            const void* xq = nullptr);
+
+// Bytes prequantize_x needs for an [M, K] x and weights of type wt; 0 when matmul quantises x on
+// its own (weights without int8 activations, or M small enough for the decode loop).
+int64_t prequantized_x_bytes(GgmlType wt, int64_t M, int64_t K);
+// Quantises rows [m0, m1) of x for weights of type wt into dst (prequantized_x_bytes, 64-byte aligned).
+void prequantize_x(GgmlType wt, const float* x, int64_t M, int64_t K, void* dst, int64_t m0, int64_t m1);
 
 // out[i] = a[i] + b[i] for i in [i0, i1).
 void add(const float* a, const float* b, float* out, int64_t i0, int64_t i1);

@@ -282,12 +282,15 @@ struct Avx2IO {
 
 void avx2_matmul(const float* x, int64_t M, int64_t K, const void* W, GgmlType wt, size_t row_bytes,
                  const float* bias, const float* res, float* out, int64_t N, int64_t n0, int64_t n1,
-                 float* work) {
+                 float* work, const void* xq) {
   if (int8_supported(wt)) {
-    int8_matmul<Avx2IO>(x, M, K, W, wt, row_bytes, bias, res, out, N, n0, n1, work);
+    int8_matmul<Avx2IO>(x, M, K, W, wt, row_bytes, bias, res, out, N, n0, n1, work, xq);
     return;
   }
   matmul_impl<Avx2Ops>(x, M, K, W, wt, row_bytes, bias, res, out, N, n0, n1, work);
+}
+void avx2_quantize_x(GgmlType wt, const float* x, int64_t M, int64_t K, void* dst, int64_t m0, int64_t m1) {
+  int8_quantize_x<Avx2IO>(wt, x, M, K, dst, m0, m1);
 }
 void avx2_attention(const float* q, const void* k, GgmlType k_type, const void* v, GgmlType v_type,
                     const float* mask, float* out, int64_t H, int64_t Hkv, int64_t hd, int64_t C,
@@ -298,7 +301,7 @@ void avx2_swiglu(const float* gate, const float* up, float* out, int64_t i0, int
   swiglu_impl<Avx2Ops>(gate, up, out, i0, i1);
 }
 
-constexpr IsaKernels kAvx2{"avx2", avx2_matmul, avx2_attention, avx2_swiglu};
+constexpr IsaKernels kAvx2{"avx2", avx2_matmul, avx2_quantize_x, avx2_attention, avx2_swiglu};
 
 }  // namespace
 

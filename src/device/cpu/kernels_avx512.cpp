@@ -287,12 +287,15 @@ struct Avx512IO {
 
 void avx512_matmul(const float* x, int64_t M, int64_t K, const void* W, GgmlType wt, size_t row_bytes,
                    const float* bias, const float* res, float* out, int64_t N, int64_t n0, int64_t n1,
-                   float* work) {
+                   float* work, const void* xq) {
   if (int8_supported(wt)) {
-    int8_matmul<Avx512IO>(x, M, K, W, wt, row_bytes, bias, res, out, N, n0, n1, work);
+    int8_matmul<Avx512IO>(x, M, K, W, wt, row_bytes, bias, res, out, N, n0, n1, work, xq);
     return;
   }
   matmul_impl<Avx512Ops>(x, M, K, W, wt, row_bytes, bias, res, out, N, n0, n1, work);
+}
+void avx512_quantize_x(GgmlType wt, const float* x, int64_t M, int64_t K, void* dst, int64_t m0, int64_t m1) {
+  int8_quantize_x<Avx512IO>(wt, x, M, K, dst, m0, m1);
 }
 void avx512_attention(const float* q, const void* k, GgmlType k_type, const void* v, GgmlType v_type,
                       const float* mask, float* out, int64_t H, int64_t Hkv, int64_t hd, int64_t C,
@@ -303,7 +306,7 @@ void avx512_swiglu(const float* gate, const float* up, float* out, int64_t i0, i
   swiglu_impl<Avx512Ops>(gate, up, out, i0, i1);
 }
 
-constexpr IsaKernels kAvx512{"avx512", avx512_matmul, avx512_attention, avx512_swiglu};
+constexpr IsaKernels kAvx512{"avx512", avx512_matmul, avx512_quantize_x, avx512_attention, avx512_swiglu};
 
 }  // namespace
 

@@ -40,7 +40,9 @@ struct IsaKernels {
   // kernels_int8.h; other types than F32, F16, BF16 go through dequantize_row().
   void (*matmul)(const float* x, int64_t M, int64_t K, const void* W, GgmlType wt, size_t row_bytes,
                  const float* bias, const float* res, float* out, int64_t N, int64_t n0, int64_t n1,
-                 float* work);
+                 float* work, const void* xq);
+  // As cpu::prequantize_x.
+  void (*quantize_x)(GgmlType wt, const float* x, int64_t M, int64_t K, void* dst, int64_t m0, int64_t m1);
   // As cpu::attention; k_type, v_type are F32 or F16, H a multiple of Hkv.
   void (*attention)(const float* q, const void* k, GgmlType k_type, const void* v, GgmlType v_type,
                     const float* mask, float* out, int64_t H, int64_t Hkv, int64_t hd, int64_t C,

@@ -114,6 +114,28 @@ struct XQ {
   int64_t ldq = 0, ldd = 0, ldc = 0;
 };
 
+// Activations of all M rows quantised once, up front (prefill: every chunk of the output and every
+// matmul of a stage that reads the same x share them): [q M x ldq | d M x ldd | s M x ldd | c M x ldc],
+// each part 64-byte aligned. xq_view gives the XQ of rows m0.. of such a buffer.
+constexpr int64_t xq_all_bytes(int64_t M, int64_t K) {
+  return M * align64(K) + 2 * align64(M * 4 * (K / 32)) + align64(M * 4 * (K / 16));
+}
+inline XQ xq_view(const void* base, int64_t M, int64_t K, int64_t m0) {
+  auto* b = static_cast<uint8_t*>(const_cast<void*>(base));
+  XQ xq;
+  xq.ldq = align64(K);
+  xq.ldd = K / 32;
+  xq.ldc = K / 16;
+  xq.q = reinterpret_cast<int8_t*>(b) + m0 * xq.ldq;
+  b += M * xq.ldq;
+  xq.d = reinterpret_cast<float*>(b) + m0 * xq.ldd;
+  b += align64(M * 4 * xq.ldd);
+  xq.s = reinterpret_cast<float*>(b) + m0 * xq.ldd;
+  b += align64(M * 4 * xq.ldd);
+  xq.c = reinterpret_cast<int32_t*>(b) + m0 * xq.ldc;
+  return xq;
+}
+
 // Bytes of `work` the int8 path needs for K (for any IO with at most 16 lanes of 4 bytes).
 constexpr int64_t int8_work_bytes(int64_t K) {
   const int64_t ldq = align64(K), nb = K / 32 + 1;
@@ -921,7 +943,7 @@ void gemv_range(const uint8_t* W, size_t row_bytes, int64_t nu, const XQ& x, int
 template <class IO, GgmlType T>
 void int8_matmul_typed(const float* x, int64_t M, int64_t K, const uint8_t* W, size_t row_bytes,
                        const float* bias, const float* res, float* out, int64_t N, int64_t n0, int64_t n1,
-                       void* work) {
+                       void* work, const void* xpre) {
   using VI = typename IO::VI;
   // work = [x quants | d | c | s | panels], each part 64-byte aligned.
   auto* base = static_cast<uint8_t*>(work);
@@ -943,7 +965,8 @@ void int8_matmul_typed(const float* x, int64_t M, int64_t K, const uint8_t* W, s
   constexpr int TMg = IO::R >= 16 ? 4 : 2;  // prefill tile rows: accumulators must fit in registers
   for (int64_t m0 = 0; m0 < M; m0 += kChunkRows) {
     const int64_t mc = M - m0 < kChunkRows ? M - m0 : kChunkRows;
-    quantize_chunk<IO>(T, x + m0 * K, K, mc, xq);
+    if (xpre) xq = xq_view(xpre, M, K, m0);  // quantised by int8_quantize_x, same bytes
+    else quantize_chunk<IO>(T, x + m0 * K, K, mc, xq);
     switch (mc) {
       case 1: gemv_range<IO, T, 1>(W, row_bytes, nu, xq, m0, bias, res, out, N, n0, n1); continue;
       case 2: gemv_range<IO, T, 2>(W, row_bytes, nu, xq, m0, bias, res, out, N, n0, n1); continue;
@@ -959,21 +982,29 @@ void int8_matmul_typed(const float* x, int64_t M, int64_t K, const uint8_t* W, s
   }
 }
 
+// Rows [m0, m1) of x quantised for weights of type wt into a buffer of xq_all_bytes(M, K).
+template <class IO>
+void int8_quantize_x(GgmlType wt, const float* x, int64_t M, int64_t K, void* dst, int64_t m0, int64_t m1) {
+  XQ xq = xq_view(dst, M, K, m0);
+  quantize_chunk<IO>(wt, x + m0 * K, K, m1 - m0, xq);
+}
+
 // Entry: wt must satisfy int8_supported(wt); work holds int8_work_bytes(K) bytes (+ 64 for
-// alignment).
+// alignment). xpre: null, or x already quantised for wt by int8_quantize_x (all M rows).
 template <class IO>
 void int8_matmul(const float* x, int64_t M, int64_t K, const void* Wv, GgmlType wt, size_t row_bytes,
-                 const float* bias, const float* res, float* out, int64_t N, int64_t n0, int64_t n1, void* work) {
+                 const float* bias, const float* res, float* out, int64_t N, int64_t n0, int64_t n1, void* work,
+                 const void* xpre) {
   const auto* W = static_cast<const uint8_t*>(Wv);
   switch (wt) {
-    case GgmlType::Q4_0: int8_matmul_typed<IO, GgmlType::Q4_0>(x, M, K, W, row_bytes, bias, res, out, N, n0, n1, work); return;
-    case GgmlType::Q4_1: int8_matmul_typed<IO, GgmlType::Q4_1>(x, M, K, W, row_bytes, bias, res, out, N, n0, n1, work); return;
-    case GgmlType::Q5_0: int8_matmul_typed<IO, GgmlType::Q5_0>(x, M, K, W, row_bytes, bias, res, out, N, n0, n1, work); return;
-    case GgmlType::Q5_1: int8_matmul_typed<IO, GgmlType::Q5_1>(x, M, K, W, row_bytes, bias, res, out, N, n0, n1, work); return;
-    case GgmlType::Q8_0: int8_matmul_typed<IO, GgmlType::Q8_0>(x, M, K, W, row_bytes, bias, res, out, N, n0, n1, work); return;
-    case GgmlType::Q4_K: int8_matmul_typed<IO, GgmlType::Q4_K>(x, M, K, W, row_bytes, bias, res, out, N, n0, n1, work); return;
-    case GgmlType::Q5_K: int8_matmul_typed<IO, GgmlType::Q5_K>(x, M, K, W, row_bytes, bias, res, out, N, n0, n1, work); return;
-    case GgmlType::Q6_K: int8_matmul_typed<IO, GgmlType::Q6_K>(x, M, K, W, row_bytes, bias, res, out, N, n0, n1, work); return;
+    case GgmlType::Q4_0: int8_matmul_typed<IO, GgmlType::Q4_0>(x, M, K, W, row_bytes, bias, res, out, N, n0, n1, work, xpre); return;
+    case GgmlType::Q4_1: int8_matmul_typed<IO, GgmlType::Q4_1>(x, M, K, W, row_bytes, bias, res, out, N, n0, n1, work, xpre); return;
+    case GgmlType::Q5_0: int8_matmul_typed<IO, GgmlType::Q5_0>(x, M, K, W, row_bytes, bias, res, out, N, n0, n1, work, xpre); return;
+    case GgmlType::Q5_1: int8_matmul_typed<IO, GgmlType::Q5_1>(x, M, K, W, row_bytes, bias, res, out, N, n0, n1, work, xpre); return;
+    case GgmlType::Q8_0: int8_matmul_typed<IO, GgmlType::Q8_0>(x, M, K, W, row_bytes, bias, res, out, N, n0, n1, work, xpre); return;
+    case GgmlType::Q4_K: int8_matmul_typed<IO, GgmlType::Q4_K>(x, M, K, W, row_bytes, bias, res, out, N, n0, n1, work, xpre); return;
+    case GgmlType::Q5_K: int8_matmul_typed<IO, GgmlType::Q5_K>(x, M, K, W, row_bytes, bias, res, out, N, n0, n1, work, xpre); return;
+    case GgmlType::Q6_K: int8_matmul_typed<IO, GgmlType::Q6_K>(x, M, K, W, row_bytes, bias, res, out, N, n0, n1, work, xpre); return;
     default: return;  // not reached: kernels.cpp routes only int8_supported types here
   }
 }
