@@ -152,6 +152,34 @@ TEST(Cli, BadInputGetsClearErrors) {
 namespace npullm {
 namespace {
 
+// bench --json carries the fields the Speed issue names, with values that hold by construction:
+// rates are positive, no K/V byte is copied per token, a prompt that fills the chunk pads nothing.
+TEST(CliTools, BenchJsonReportsTheIssueFields) {
+  NPULLM_REQUIRE_SHARED(kModel);
+  Proc r = sh(npullm() + " bench -m " + test::shared_path(kModel) + " -p 32 -n 8 -r 2 --ttft-prompt 8 -t 1 --json --no-cache");
+  ASSERT_EQ(r.rc, 0) << r.err;
+  const auto j = nlohmann::json::parse(r.out);
+  for (const char* key : {"model", "threads", "pp", "tg", "ttft_ms", "peak_rss_bytes", "kv_bytes_copied_per_token",
+                          "padded_fraction", "roofline_fraction"})
+    EXPECT_TRUE(j.contains(key)) << key;
+  EXPECT_EQ(j["threads"], 1);
+  EXPECT_EQ(j["pp"]["n"], 32);
+  EXPECT_EQ(j["tg"]["n"], 8);
+  EXPECT_GT(j["pp"]["tps_mean"].get<double>(), 0.0);
+  EXPECT_GT(j["tg"]["tps_mean"].get<double>(), 0.0);
+  EXPECT_GT(j["ttft_ms"].get<double>(), 0.0);
+  EXPECT_GT(j["peak_rss_bytes"].get<double>(), 0.0);
+  EXPECT_EQ(j["kv_bytes_copied_per_token"].get<double>(), 0.0);
+  EXPECT_EQ(j["prefill_chunk"], 32);
+  EXPECT_GE(j["padded_fraction"].get<double>(), 0.0);
+  EXPECT_LT(j["padded_fraction"].get<double>(), 0.5) << "the 8-token TTFT prompt runs the 8-row ladder blob";
+  EXPECT_GT(j["roofline_fraction"].get<double>(), 0.0);
+
+  Proc bad = sh(npullm() + " bench -m " + test::shared_path(kModel) + " -p 100000 -n 8 -r 1 --no-cache");
+  EXPECT_NE(bad.rc, 0);
+  EXPECT_NE(bad.err.find("too small"), std::string::npos) << bad.err;
+}
+
 TEST(CliTools, TokenizeMatchesTheLlamaCppVector) {
   NPULLM_REQUIRE_SHARED("models/vocab/ggml-vocab-llama-spm.gguf");
   // Case "Hello world" of the llama-spm vectors: " 15043 3186".
