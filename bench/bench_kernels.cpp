@@ -9,6 +9,7 @@
 //                             filling a 1 GiB arena, used in turn, so every call reads from
 //                             memory, not from cache, as in a real model.
 // Prefill/<type>/M/K/N/<threads>  M tokens at once; FLOP/s = 2 M N K / time.
+// PoolStage/<threads>         an empty stage of the worker pool: its synchronisation cost.
 // Matmuls are split over N in chunks like the CPU device does (threads * 4 chunks, multiples of
 // 16 rows) and run on its worker pool. The machine is often shared: quote medians.
 #include <benchmark/benchmark.h>
@@ -206,6 +207,15 @@ void BM_Prefill(benchmark::State& st, GgmlType t, int64_t M, int64_t K, int64_t 
                                              benchmark::Counter::kIsRate);
 }
 
+// One stage of the CPU device with no work in it: wake the pool, hand out 4 items per thread,
+// wait for all. The time per iteration is the synchronisation a stage costs.
+void BM_PoolStage(benchmark::State& st, int threads) {
+  cpu::WorkerPool pool(threads);
+  std::vector<int64_t> done(static_cast<size_t>(threads) * 16, 0);  // one cache line per worker
+  for (auto _ : st) pool.run(4 * threads, [&](int64_t, int w) { done[static_cast<size_t>(w) * 16]++; });
+  benchmark::DoNotOptimize(done.data());
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -218,6 +228,9 @@ int main(int argc, char** argv) {
   const std::pair<int64_t, int64_t> decode_shapes[] = {{2048, 5632}, {2048, 2048}, {5632, 2048}};
   for (int threads : {1, 2}) {
     benchmark::RegisterBenchmark(("Read/" + std::to_string(threads)).c_str(), BM_Read, threads)->UseRealTime();
+    benchmark::RegisterBenchmark(("PoolStage/" + std::to_string(threads)).c_str(), BM_PoolStage, threads)
+        ->UseRealTime()
+        ->Unit(benchmark::kMicrosecond);
     for (GgmlType t : decode_types)
       for (auto [K, N] : decode_shapes) {
         const std::string name = "Decode/" + std::string(npullm::ggml_type_name(t)) + "/" + std::to_string(K) + "/" +
