@@ -78,6 +78,8 @@ struct GenerationMetrics {
   int64_t reprefills = 0;                   // times the history was prefilled again
   int64_t prefill_chunks = 0;
   int64_t compiled_blobs = 0, cached_blobs = 0;  // at load (the same for every call)
+  double load_ms = 0;                       // pipeline construction: model, blobs, tokenizer (same for every call)
+  double prefill_ms = 0;                    // time this call spent in prefill
 };
 
 struct GenerationResult {

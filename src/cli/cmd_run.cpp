@@ -49,10 +49,10 @@ int run(const RunOptions& o) {
   } else {
     fmt::print("\n");
     std::fflush(stdout);
-    fmt::print(stderr, "npullm: {} prompt tokens ({:.1f} t/s), {} generated ({:.1f} t/s), first token after {:.1f} ms; "
-               "finish: {}; blobs compiled {} / cached {}; {}\n",
-               m.prefill_tokens, m.prefill_tps, m.generated_tokens, m.decode_tps, m.ttft_ms, finish_reason_name(r.finish),
-               m.compiled_blobs, m.cached_blobs, pipe.description());
+    fmt::print(stderr, "npullm: {} prompt tokens ({:.1f} t/s), {} generated ({:.1f} t/s), first token after {:.1f} ms "
+               "(prefill {:.1f} ms); loaded in {:.1f} ms; finish: {}; blobs compiled {} / cached {}; {}\n",
+               m.prefill_tokens, m.prefill_tps, m.generated_tokens, m.decode_tps, m.ttft_ms, m.prefill_ms, m.load_ms,
+               finish_reason_name(r.finish), m.compiled_blobs, m.cached_blobs, pipe.description());
   }
   return 0;
 }

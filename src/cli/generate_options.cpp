@@ -46,7 +46,8 @@ nlohmann::json metrics_json(const GenerationMetrics& m) {
           {"prefill_tps", m.prefill_tps}, {"decode_tps", m.decode_tps}, {"variants_used", m.variants_used},
           {"kv_utilization", m.kv_utilization}, {"padded_positions", m.padded_positions},
           {"kv_bytes_copied", m.kv_bytes_copied}, {"context_shifts", m.context_shifts}, {"reprefills", m.reprefills},
-          {"prefill_chunks", m.prefill_chunks}, {"compiled_blobs", m.compiled_blobs}, {"cached_blobs", m.cached_blobs}};
+          {"prefill_chunks", m.prefill_chunks}, {"compiled_blobs", m.compiled_blobs}, {"cached_blobs", m.cached_blobs},
+          {"load_ms", m.load_ms}, {"prefill_ms", m.prefill_ms}};
 }
 
 }  // namespace npullm::cli

@@ -59,7 +59,10 @@ struct LLMPipeline::Impl {
   double prefill_ms = 0, decode_ms = 0;
   int64_t decoded = 0, reprefills = 0;
 
+  double load_ms = 0;  // construction: model opened, blobs loaded or compiled, tokenizer built
+
   Impl(const std::string& path, const PipelineConfig& c) : cfg(c) {
+    const auto t0 = Clock::now();
     npuw::RuntimeConfig rc;
     rc.prefill_chunk = c.prefill_chunk;
     rc.variants = c.variants;
@@ -72,6 +75,7 @@ struct LLMPipeline::Impl {
     tok = std::make_unique<genai::Tokenizer>(genai::Vocab::from_gguf(rt->gguf()));
     if (tok->n_vocab() != rt->n_vocab())
       fail("{}: the vocabulary has {} tokens but the model's embedding has {} rows", rt->gguf().path(), tok->n_vocab(), rt->n_vocab());
+    load_ms = ms_between(t0, Clock::now());
   }
 
   int64_t cap() const { return rt->capacity(); }
@@ -287,6 +291,8 @@ struct LLMPipeline::Impl {
     m.prefill_chunks = after.prefill_chunks - before.prefill_chunks;
     m.compiled_blobs = after.compiled_blobs;
     m.cached_blobs = after.cached_blobs;
+    m.load_ms = load_ms;
+    m.prefill_ms = prefill_ms;
     return res;
   }
 

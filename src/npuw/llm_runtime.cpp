@@ -115,7 +115,11 @@ std::string LlmRuntime::device_name() const { return device_->name() + ", " + st
 
 void LlmRuntime::load_blobs() {
   const std::string cache_dir = cfg_.use_cache ? (cfg_.cache_dir.empty() ? BlobCache::default_dir() : cfg_.cache_dir) : "";
-  const uint64_t model_hash = hash_bytes(gguf_->file_data(), gguf_->file_size());
+  // Blobs depend on the model's structure (metadata, tensor names, types, shapes, offsets), never
+  // on weight values, which they reach by name through the weights bank at load: keying the cache
+  // on the header alone spares hashing (and faulting in) the whole file at every start.
+  const uint64_t header[2] = {hash_bytes(gguf_->file_data(), static_cast<size_t>(gguf_->data_offset())), gguf_->file_size()};
+  const uint64_t model_hash = hash_bytes(header, sizeof header);
   BlobCache cache(cache_dir, model_hash);
   Graphs graphs{hp_, *gguf_, nullptr, nullptr};  // built only if something must be compiled
 
