@@ -328,7 +328,7 @@ struct LLMPipeline::Impl {
     if (std::optional<std::string> delta = new_text(full)) {
       // Only what is new since the last turn: the pending reply token and the template's new text.
       incoming = pending;
-      const std::vector<int32_t> ids = tok->encode(*delta, false, true);
+      const std::vector<int32_t> ids = tok->encode(*delta, false, true, /*continues_text=*/true);
       incoming.insert(incoming.end(), ids.begin(), ids.end());
     } else {
       extra_reprefill = kv_ids.empty() ? 0 : 1;

@@ -120,13 +120,13 @@ int32_t Tokenizer::find_token(std::string_view text) const {
   return it == impl_->token_to_id.end() ? -1 : it->second;
 }
 
-std::vector<int32_t> Tokenizer::encode(std::string_view text, bool add_bos,
-                                       bool parse_special) const {
+std::vector<int32_t> Tokenizer::encode(std::string_view text, bool add_bos, bool parse_special,
+                                       bool continues_text) const {
   const Vocab& v = impl_->vocab;
   std::vector<int32_t> out;
   if (add_bos && v.add_bos && v.bos >= 0) out.push_back(v.bos);
   // llama.cpp does not tokenize empty text at all, so it gets no dummy-prefix token either.
-  bool after_special = true;
+  bool after_special = !continues_text;
   for (const detail::Fragment& f : impl_->special->split(text, parse_special)) {
     if (f.token >= 0) {
       out.push_back(f.token);

@@ -86,7 +86,11 @@ class Tokenizer {
   // Token ids of `text`. add_bos prepends BOS (and add_eos appends EOS) when the vocab says so.
   // parse_special: CONTROL/UNKNOWN token texts in `text` (e.g. "<|im_start|>") become those
   // tokens; otherwise they are tokenized as ordinary text. USER_DEFINED tokens always match.
-  std::vector<int32_t> encode(std::string_view text, bool add_bos, bool parse_special = false) const;
+  // continues_text: `text` follows earlier plain text in the same sequence (a chat turn's new text
+  // after the previous reply), so its first fragment gets no SPM dummy prefix, as it would not
+  // inside the whole conversation; a fragment after a special token still does.
+  std::vector<int32_t> encode(std::string_view text, bool add_bos, bool parse_special = false,
+                              bool continues_text = false) const;
   // The bytes one token stands for: byte tokens give their byte, U+2581 / GPT-2 byte chars become
   // the bytes they spell, control tokens give "" (the text of BOS/EOS is not printed).
   std::string token_to_piece(int32_t id) const;

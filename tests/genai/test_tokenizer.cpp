@@ -187,6 +187,23 @@ TEST(TokenizerVectors, LlamaSpm) {
   check_vocab_vectors(tok, "models/vocab/ggml-vocab-llama-spm.gguf");
 }
 
+// A chat turn's new text continues the conversation's text: tokenized on its own with
+// continues_text it gives the tokens it has inside the whole text (no extra dummy-prefix "▁"),
+// while a fragment after a special token still gets its prefix.
+TEST(TokenizerVectors, LlamaSpmContinuationHasNoDummyPrefix) {
+  NPULLM_REQUIRE_SHARED("models/vocab/ggml-vocab-llama-spm.gguf");
+  const Tokenizer tok = load_tokenizer("models/vocab/ggml-vocab-llama-spm.gguf");
+  const std::string a = "The cat slept.", b = "\nuser: Where did it go?\nassistant:";
+  std::vector<int32_t> joined = tok.encode(a, false, true);
+  const std::vector<int32_t> cont = tok.encode(b, false, true, /*continues_text=*/true);
+  joined.insert(joined.end(), cont.begin(), cont.end());
+  EXPECT_EQ(joined, tok.encode(a + b, false, true));
+  EXPECT_NE(tok.encode(b, false, true), cont) << "standalone text starts with the dummy prefix";
+  EXPECT_EQ(tok.encode(b, false, true).size(), cont.size() + 1);
+  // After a special token the prefix comes back, continuation or not.
+  EXPECT_EQ(tok.encode("</s>" + b, false, true, true), tok.encode("</s>" + b, false, true));
+}
+
 TEST(TokenizerVectors, Phi3) {
   NPULLM_REQUIRE_SHARED("models/vocab/ggml-vocab-phi-3.gguf");
   const Tokenizer tok = load_tokenizer("models/vocab/ggml-vocab-phi-3.gguf");
