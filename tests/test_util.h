@@ -7,6 +7,8 @@
 #include <sstream>
 #include <string>
 
+#include "common/error.h"
+
 namespace npullm::test {
 
 #ifndef NPULLM_SHARED_DIR
@@ -22,6 +24,17 @@ inline std::string read_file(const std::string& path) {
   std::stringstream ss;
   ss << in.rdbuf();
   return ss.str();
+}
+
+// Runs `f` and returns the npullm::Error message it throws ("" when it does not throw).
+template <typename F>
+std::string error_of(F&& f) {
+  try {
+    f();
+  } catch (const Error& e) {
+    return e.what();
+  }
+  return "";
 }
 
 }  // namespace npullm::test

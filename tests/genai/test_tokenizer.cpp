@@ -24,16 +24,7 @@ using test::shared_path;
 // ---------------------------------------------------------------------------------------------
 // helpers
 
-// Runs `f` and returns the npullm::Error message it throws ("" when it does not throw).
-template <typename F>
-std::string error_of(F&& f) {
-  try {
-    f();
-  } catch (const Error& e) {
-    return e.what();
-  }
-  return "";
-}
+using test::error_of;
 
 // Strict UTF-8 check, written independently of the tokenizer's own validator.
 bool is_valid_utf8(const std::string& s) {
