@@ -143,20 +143,19 @@ void LlmRuntime::load_blobs() {
       cache.store(name, config, bytes);
     }
     s->cl = std::make_unique<driver::CommandList>(*s->exe);
-    s->ids.assign(static_cast<size_t>(seq), 0);
     s->positions.assign(static_cast<size_t>(seq), 0);
-    s->rows.assign(static_cast<size_t>(seq), -1);
-    s->mask.assign(static_cast<size_t>(seq * capacity), kNegInf);
-    s->logits.assign(static_cast<size_t>(seq * hp_.n_vocab), 0.0f);
     s->cl->bind("positions", s->positions.data(), s->positions.size() * 4);
+    // The rerotate blob reads only positions: its slot allocates nothing else (a [ctx, n_vocab]
+    // logits buffer here would be touched at load for nothing).
     if (spec.kind == BlobSpec::Forward) {
+      s->ids.assign(static_cast<size_t>(seq), 0);
+      s->rows.assign(static_cast<size_t>(seq), -1);
+      s->mask.assign(static_cast<size_t>(seq * capacity), kNegInf);
+      s->logits.assign(static_cast<size_t>(seq * hp_.n_vocab), 0.0f);
       s->cl->bind("input_ids", s->ids.data(), s->ids.size() * 4);
       s->cl->bind("cache_rows", s->rows.data(), s->rows.size() * 4);
       s->cl->bind("attention_mask", s->mask.data(), s->mask.size() * 4);
       s->cl->bind("logits", s->logits.data(), s->logits.size() * 4);
-    } else {
-      s->mask.clear();
-      s->logits.clear();
     }
     return s;
   };
