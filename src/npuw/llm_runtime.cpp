@@ -88,6 +88,7 @@ std::vector<std::pair<std::string, std::vector<uint8_t>>> compile_blobs(const st
 // One loaded blob, its command list and the input/output buffers bound to it once at load.
 struct LlmRuntime::Slot {
   std::string name;
+  BlobSpec::Kind kind = BlobSpec::Forward;
   int64_t seq = 0, capacity = 0;
   std::unique_ptr<driver::Executable> exe;
   std::unique_ptr<driver::CommandList> cl;
@@ -119,17 +120,22 @@ void LlmRuntime::load_blobs() {
   BlobCache cache(cache_dir, model_hash);
   Graphs graphs{hp_, *gguf_, nullptr, nullptr};  // built only if something must be compiled
 
-  auto make_slot = [&](const BlobSpec& spec) {
+  // Every blob runs on the one queue, one at a time, so all of them share one scratch arena, as big
+  // as the largest blob needs (driver.h: blobs that share an arena must never be in flight together).
+  scratch_ = std::make_shared<driver::ScratchArena>();
+
+  // Phase 1: load (or compile) every blob; each reserves its scratch in the shared arena.
+  auto load_slot = [&](const BlobSpec& spec) {
     auto s = std::make_unique<Slot>();
     const std::string& name = spec.name;
-    const int64_t seq = spec.seq, capacity = spec.capacity;
     s->name = name;
-    s->seq = seq;
-    s->capacity = capacity;
+    s->kind = spec.kind;
+    s->seq = spec.seq;
+    s->capacity = spec.capacity;
     const std::string config = spec.cache_config();
     if (auto bytes = cache.load(name, config)) {
       try {
-        s->exe = std::make_unique<driver::Executable>(*bytes, cache.path_for(name, config), *bank_, *device_);
+        s->exe = std::make_unique<driver::Executable>(*bytes, cache.path_for(name, config), *bank_, *device_, scratch_);
         stats_.cached_blobs++;
       } catch (const Error& e) {
         fmt::print(stderr, "npullm: warning: ignoring corrupt cache entry ({}); recompiling\n", e.what());
@@ -138,30 +144,19 @@ void LlmRuntime::load_blobs() {
     }
     if (!s->exe) {
       std::vector<uint8_t> bytes = compile_spec(graphs, spec);
-      s->exe = std::make_unique<driver::Executable>(bytes, name, *bank_, *device_);
+      s->exe = std::make_unique<driver::Executable>(bytes, name, *bank_, *device_, scratch_);
       stats_.compiled_blobs++;
       cache.store(name, config, bytes);
     }
-    s->cl = std::make_unique<driver::CommandList>(*s->exe);
-    s->positions.assign(static_cast<size_t>(seq), 0);
-    s->cl->bind("positions", s->positions.data(), s->positions.size() * 4);
-    // The rerotate blob reads only positions: its slot allocates nothing else (a [ctx, n_vocab]
-    // logits buffer here would be touched at load for nothing).
-    if (spec.kind == BlobSpec::Forward) {
-      s->ids.assign(static_cast<size_t>(seq), 0);
-      s->rows.assign(static_cast<size_t>(seq), -1);
-      s->mask.assign(static_cast<size_t>(seq * capacity), kNegInf);
-      s->logits.assign(static_cast<size_t>(seq * hp_.n_vocab), 0.0f);
-      s->cl->bind("input_ids", s->ids.data(), s->ids.size() * 4);
-      s->cl->bind("cache_rows", s->rows.data(), s->rows.size() * 4);
-      s->cl->bind("attention_mask", s->mask.data(), s->mask.size() * 4);
-      s->cl->bind("logits", s->logits.data(), s->logits.size() * 4);
-    }
     return s;
   };
-
   const std::vector<BlobSpec> specs = blob_specs(cfg_);
-  prefill_ = make_slot(specs.front());
+  prefill_ = load_slot(specs.front());
+  for (size_t i = 1; i < specs.size(); ++i) {
+    if (specs[i].name.rfind("prefill-", 0) == 0) prefill_tails_.push_back(load_slot(specs[i]));
+    else if (specs[i].kind == BlobSpec::Rerotate) rerotate_ = load_slot(specs[i]);
+    else generate_.push_back(load_slot(specs[i]));
+  }
 
   // One K/V allocation sized by the prefill blob's state I/Os (capacity C_max); every blob's
   // state of the same name is bound to the front of the same region.
@@ -172,7 +167,26 @@ void LlmRuntime::load_blobs() {
     total += (io.bytes + 63) / 64 * 64;
   }
   kv_ = driver::AlignedBuffer(total);
-  auto bind_state = [&](Slot& s) {
+
+  // Phase 2: record each blob's command list (the first one allocates the arena) and bind its
+  // inputs, outputs and state once.
+  auto record = [&](Slot& s) {
+    const size_t seq = static_cast<size_t>(s.seq);
+    s.cl = std::make_unique<driver::CommandList>(*s.exe);
+    s.positions.assign(seq, 0);
+    s.cl->bind("positions", s.positions.data(), s.positions.size() * 4);
+    // The rerotate blob reads only positions: its slot allocates nothing else (a [ctx, n_vocab]
+    // logits buffer here would be touched at load for nothing).
+    if (s.kind == BlobSpec::Forward) {
+      s.ids.assign(seq, 0);
+      s.rows.assign(seq, -1);
+      s.mask.assign(seq * static_cast<size_t>(s.capacity), kNegInf);
+      s.logits.assign(seq * static_cast<size_t>(hp_.n_vocab), 0.0f);
+      s.cl->bind("input_ids", s.ids.data(), s.ids.size() * 4);
+      s.cl->bind("cache_rows", s.rows.data(), s.rows.size() * 4);
+      s.cl->bind("attention_mask", s.mask.data(), s.mask.size() * 4);
+      s.cl->bind("logits", s.logits.data(), s.logits.size() * 4);
+    }
     for (const blob::IoDesc& io : s.exe->image().ios) {
       if (io.role != blob::IoRole::State) continue;
       auto it = std::find_if(regions_.begin(), regions_.end(), [&](const StateRegion& r) { return r.name == io.name; });
@@ -180,19 +194,11 @@ void LlmRuntime::load_blobs() {
       s.cl->bind(io.name, kv_.data() + it->offset, it->bytes);
     }
   };
-  bind_state(*prefill_);
-  for (size_t i = 1; i < specs.size(); ++i) {
-    if (specs[i].name.rfind("prefill-", 0) == 0) {
-      prefill_tails_.push_back(make_slot(specs[i]));
-      bind_state(*prefill_tails_.back());
-    } else if (specs[i].kind == BlobSpec::Rerotate) {
-      rerotate_ = make_slot(specs[i]);
-      bind_state(*rerotate_);
-    } else {
-      generate_.push_back(make_slot(specs[i]));
-      bind_state(*generate_.back());
-    }
-  }
+  record(*prefill_);
+  for (auto& t : prefill_tails_) record(*t);
+  for (auto& g : generate_) record(*g);
+  record(*rerotate_);
+  stats_.scratch_bytes = static_cast<int64_t>(scratch_->size());
 }
 
 // Fills a slot's inputs for tokens `ids` at positions first_pos.. ; the rest of the slot is padding.

@@ -6,6 +6,8 @@
 // It owns one K/V allocation of C_max rows per state variable. Every blob's state I/O is bound to
 // the front of that allocation (a variant of capacity C sees rows [0, C)), so switching variants
 // copies nothing and each token's K/V is written straight into its row by the blob itself.
+// All blobs run on one queue, one at a time, so they also share one scratch arena (the driver's
+// ScratchArena), as big as the largest blob's.
 //
 // Per run it fills the inputs the model graph declares (model/llama_graph.h): token ids, positions,
 // the cache row each token writes, and the additive attention mask. A prompt longer than P is run
@@ -46,6 +48,7 @@ struct RuntimeStats {
   int64_t kv_bytes_copied = 0;         // K/V bytes moved by the runtime itself (only context shifts move any)
   int64_t context_shifts = 0;
   int64_t kv_capacity = 0;             // C_max
+  int64_t scratch_bytes = 0;           // the one scratch arena every blob shares (the largest blob's need)
 };
 
 // Capacities used when none are given: powers of two from 128 up to, and then exactly,
@@ -118,6 +121,7 @@ class LlmRuntime {
   std::vector<StateRegion> regions_;  // one per state variable, C_max rows each
   std::vector<std::unique_ptr<Slot>> generate_;
   driver::AlignedBuffer kv_;
+  std::shared_ptr<driver::ScratchArena> scratch_;  // shared by every blob (they run one at a time on queue_)
   int64_t pos_ = 0;
   RuntimeStats stats_;
 };
