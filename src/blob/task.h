@@ -40,6 +40,9 @@ enum class OpCode : uint32_t {
   Attention = 7,
   // out = silu(gate) * up elementwise.  ptr: 0 gate, 1 up, 2 out. dim: 0 count.
   SwiGlu = 8,
+  // out[i, :] = x[idx[i], :] for i < N; an index outside [0, S) gives a zero row.
+  // ptr: 0 x (f32 [S,R]), 1 idx (i32 [N]), 2 out (f32 [N,R]). dim: 0 N, 1 R, 2 S.
+  GatherRows = 9,
 };
 
 inline constexpr int kMaxOperands = 6;

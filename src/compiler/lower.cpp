@@ -252,6 +252,18 @@ class Lowering {
           task.fparam[0] = n.scale;
           break;
         }
+        case Op::GatherRows: {
+          task.op = static_cast<uint32_t>(OpCode::GatherRows);
+          bind_operand(task, t, 0, in(0)); bind_operand(task, t, 1, in(1)); bind_operand(task, t, 2, id);
+          const ir::Shape& src = shape_of(0);
+          task.dim[0] = S;
+          task.dim[1] = ir::num_elements(src) / src.at(0).value;
+          task.dim[2] = src.at(0).value;
+          if (ir::num_elements(shape_of(1)) != S || ir::num_elements(n.shape) != S * task.dim[1])
+            fail("compiler: GatherRows '{}': {} indices and rows of {} make no {}", n.name,
+                 ir::shape_to_string(shape_of(1)), ir::shape_to_string(src), ir::shape_to_string(n.shape));
+          break;
+        }
         default:
           fail("compiler: no task for op {}", ir::op_name(n.op));
       }

@@ -744,6 +744,20 @@ TEST(Kernels, EmbedRowsDequantisesAndZeroesBadIds) {
   EXPECT_THROW(embed_rows(GgmlType::IQ2_XXS, out.data(), 1, 256, &id, out.data(), 0, 1), Error);
 }
 
+TEST(Kernels, GatherRowsCopiesTheNamedRowsAndZeroesBadIndices) {
+  const int64_t S = 6, R = 37;
+  const std::vector<float> x = randn(S * R, 9);
+  const std::vector<int32_t> idx = {5, 0, 5, -1, 6, 2, 1000};
+  std::vector<float> out(idx.size() * R, -7.0f);
+  gather_rows(x.data(), S, R, idx.data(), out.data(), 0, 3);
+  gather_rows(x.data(), S, R, idx.data(), out.data(), 3, 6);  // row 6 stays as it was
+  for (size_t i = 0; i < idx.size(); ++i)
+    for (int64_t j = 0; j < R; ++j) {
+      const float want = i == 6 ? -7.0f : (idx[i] < 0 || idx[i] >= S) ? 0.0f : x[idx[i] * R + j];
+      ASSERT_TRUE(same_bits(out[i * R + j], want)) << "i=" << i << " j=" << j;
+    }
+}
+
 TEST(Kernels, RmsnormMatchesReferenceInPlace) {
   for (int64_t D : {1, 7, 64, 301}) {
     const int64_t S = 3;

@@ -149,6 +149,38 @@ TEST(Driver, ExecutablesSharingOneScratchArenaMatchSeparateArenas) {
   EXPECT_EQ(arena->size(), big_need);
 }
 
+// A compiled GatherRows task: out[i] = (x + x)[idx[i]] over rows of 5, through blob, driver and device.
+TEST(Driver, GatherRowsTaskPicksTheIndexedRows) {
+  ir::Graph g;
+  constexpr uint32_t kI32 = 26;
+  int x = g.add({.op = Op::Parameter, .name = "x", .shape = {"seq", 5}, .type = 0, .io_role = ir::IoRole::Input});
+  int idx = g.add({.op = Op::Parameter, .name = "idx", .shape = {"out"}, .type = kI32, .io_role = ir::IoRole::Input});
+  int twice = g.add({.op = Op::Add, .name = "twice", .inputs = {x, x}, .shape = {"seq", 5}, .type = 0});
+  int picked = g.add({.op = Op::GatherRows, .name = "picked", .inputs = {twice, idx}, .shape = {"out", 5}, .type = 0});
+  g.add({.op = Op::Result, .name = "y", .inputs = {picked}, .shape = {"out", 5}, .type = 0});
+  const auto bytes = blob::write_blob(compiler::compile(g, {"gather", {{"seq", 7}, {"out", 3}}}));
+  auto dev = cpu::create_cpu_device(2);
+  NoWeights bank;
+  driver::Executable exe(bytes, "gather", bank, *dev);
+  ASSERT_EQ(exe.io(exe.io_index("y")).shape, (std::vector<int64_t>{3, 5}));
+  const auto xs = ramp(35, -1.0f, 0.25f);
+  std::vector<int32_t> rows = {6, 0, 3};
+  std::vector<float> y(15, -1.0f);
+  driver::CommandList cl(exe);
+  cl.bind("x", const_cast<float*>(xs.data()), 35 * 4);
+  cl.bind("idx", rows.data(), 3 * 4);
+  cl.bind("y", y.data(), 15 * 4);
+  driver::Queue q(*dev);
+  q.run(cl);
+  for (int i = 0; i < 3; ++i)
+    for (int j = 0; j < 5; ++j) ASSERT_EQ(y[i * 5 + j], 2 * xs[rows[i] * 5 + j]) << i << "," << j;
+  // A gather whose output rows do not match its indices is refused by the compiler.
+  ir::Graph bad = g;
+  bad.node(picked).shape = {"seq", 5};
+  bad.nodes().back().shape = {"seq", 5};
+  EXPECT_THROW(compiler::compile(bad, {"bad", {{"seq", 7}, {"out", 3}}}), Error);
+}
+
 TEST(Driver, RefusesSmallBuffersUnknownNamesAndCorruptBlobs) {
   auto dev = cpu::create_cpu_device(1);
   NoWeights bank;
