@@ -27,16 +27,20 @@ std::vector<int64_t> default_variants(int64_t max_prompt_len, int64_t min_respon
 }
 
 std::string BlobSpec::cache_config() const {
-  return std::string(compiler::kCompilerVersion) + " " + name + " seq=" + std::to_string(seq) + " ctx=" + std::to_string(capacity);
+  return std::string(compiler::kCompilerVersion) + " " + name + " seq=" + std::to_string(seq) + " ctx=" + std::to_string(capacity) +
+         (last_row_logits ? " logits=last" : "");
 }
 
 std::vector<BlobSpec> blob_specs(const RuntimeConfig& cfg) {
-  std::vector<BlobSpec> out{{BlobSpec::Forward, "prefill", cfg.prefill_chunk, cfg.variants.back()}};
+  // Prefill blobs compute the logits of the last real token of a run only, unless every row's
+  // logits are asked for (cfg.all_logits). Generate blobs have one row anyway.
+  const bool last = !cfg.all_logits;
+  std::vector<BlobSpec> out{{BlobSpec::Forward, "prefill", cfg.prefill_chunk, cfg.variants.back(), last}};
   // Smaller prefill blobs for the tail of a prompt (P/4, P/16, ... down to 8 tokens), so a short
   // prompt or the last chunk of a long one computes little padding.
   if (cfg.prefill_ladder)
     for (int64_t p = cfg.prefill_chunk / 4; p >= 8; p /= 4)
-      out.push_back({BlobSpec::Forward, "prefill-" + std::to_string(p), p, cfg.variants.back()});
+      out.push_back({BlobSpec::Forward, "prefill-" + std::to_string(p), p, cfg.variants.back(), last});
   for (int64_t c : cfg.variants) out.push_back({BlobSpec::Forward, "generate-" + std::to_string(c), 1, c});
   out.push_back({BlobSpec::Rerotate, "rerotate", cfg.variants.back(), cfg.variants.back()});
   return out;
@@ -55,22 +59,26 @@ void resolve_config(RuntimeConfig& cfg, const model::HParams& hp) {
     fail("generate variant capacity {} exceeds the model's context length {}", cfg.variants.back(), hp.n_ctx_train);
 }
 
-// The two graphs a model needs, built on first use.
+// The graphs a model needs (forward with every row's logits or chosen rows', rerotate), built on first use.
 struct Graphs {
   const model::HParams& hp;
   const GgufFile& f;
-  std::unique_ptr<ir::Graph> forward, rerotate;
-  const ir::Graph& get(BlobSpec::Kind k) {
-    auto& g = k == BlobSpec::Forward ? forward : rerotate;
-    if (!g)
-      g = std::make_unique<ir::Graph>(k == BlobSpec::Forward ? model::build_llama_graph(hp, f) : model::build_rerotate_graph(hp, f));
+  std::unique_ptr<ir::Graph> forward, forward_rows, rerotate;
+  const ir::Graph& get(const BlobSpec& spec) {
+    if (spec.kind == BlobSpec::Rerotate) {
+      if (!rerotate) rerotate = std::make_unique<ir::Graph>(model::build_rerotate_graph(hp, f));
+      return *rerotate;
+    }
+    auto& g = spec.last_row_logits ? forward_rows : forward;
+    if (!g) g = std::make_unique<ir::Graph>(model::build_llama_graph(hp, f, {.logit_rows = spec.last_row_logits}));
     return *g;
   }
 };
 
 std::vector<uint8_t> compile_spec(Graphs& graphs, const BlobSpec& spec) {
   compiler::CompileOptions opt{spec.name, {{"seq", spec.seq}, {"ctx", spec.capacity}}};
-  return blob::write_blob(compiler::compile(graphs.get(spec.kind), opt));
+  if (spec.last_row_logits) opt.symbols["out"] = 1;
+  return blob::write_blob(compiler::compile(graphs.get(spec), opt));
 }
 
 }  // namespace
@@ -79,7 +87,7 @@ std::vector<std::pair<std::string, std::vector<uint8_t>>> compile_blobs(const st
   auto f = GgufFile::open(model_path);
   const model::HParams hp = model::HParams::from_gguf(*f);
   resolve_config(cfg, hp);
-  Graphs graphs{hp, *f, nullptr, nullptr};
+  Graphs graphs{hp, *f, nullptr, nullptr, nullptr};
   std::vector<std::pair<std::string, std::vector<uint8_t>>> out;
   for (const BlobSpec& spec : blob_specs(cfg)) out.emplace_back(spec.name, compile_spec(graphs, spec));
   return out;
@@ -90,9 +98,10 @@ struct LlmRuntime::Slot {
   std::string name;
   BlobSpec::Kind kind = BlobSpec::Forward;
   int64_t seq = 0, capacity = 0;
+  bool last_row_logits = false;  // logits [1, n_vocab] of the row in logit_rows, else [seq, n_vocab]
   std::unique_ptr<driver::Executable> exe;
   std::unique_ptr<driver::CommandList> cl;
-  std::vector<int32_t> ids, positions, rows;
+  std::vector<int32_t> ids, positions, rows, logit_rows;
   std::vector<float> mask, logits;
 };
 
@@ -118,7 +127,7 @@ void LlmRuntime::load_blobs() {
   const std::string cache_dir = cfg_.use_cache ? (cfg_.cache_dir.empty() ? BlobCache::default_dir() : cfg_.cache_dir) : "";
   const uint64_t model_hash = hash_bytes(gguf_->file_data(), gguf_->file_size());
   BlobCache cache(cache_dir, model_hash);
-  Graphs graphs{hp_, *gguf_, nullptr, nullptr};  // built only if something must be compiled
+  Graphs graphs{hp_, *gguf_, nullptr, nullptr, nullptr};  // built only if something must be compiled
 
   // Every blob runs on the one queue, one at a time, so all of them share one scratch arena, as big
   // as the largest blob needs (driver.h: blobs that share an arena must never be in flight together).
@@ -130,6 +139,7 @@ void LlmRuntime::load_blobs() {
     const std::string& name = spec.name;
     s->name = name;
     s->kind = spec.kind;
+    s->last_row_logits = spec.last_row_logits;
     s->seq = spec.seq;
     s->capacity = spec.capacity;
     const std::string config = spec.cache_config();
@@ -181,11 +191,15 @@ void LlmRuntime::load_blobs() {
       s.ids.assign(seq, 0);
       s.rows.assign(seq, -1);
       s.mask.assign(seq * static_cast<size_t>(s.capacity), kNegInf);
-      s.logits.assign(seq * static_cast<size_t>(hp_.n_vocab), 0.0f);
+      s.logits.assign((s.last_row_logits ? 1 : seq) * static_cast<size_t>(hp_.n_vocab), 0.0f);
       s.cl->bind("input_ids", s.ids.data(), s.ids.size() * 4);
       s.cl->bind("cache_rows", s.rows.data(), s.rows.size() * 4);
       s.cl->bind("attention_mask", s.mask.data(), s.mask.size() * 4);
       s.cl->bind("logits", s.logits.data(), s.logits.size() * 4);
+      if (s.last_row_logits) {
+        s.logit_rows.assign(1, 0);
+        s.cl->bind("logit_rows", s.logit_rows.data(), 4);
+      }
     }
     for (const blob::IoDesc& io : s.exe->image().ios) {
       if (io.role != blob::IoRole::State) continue;
@@ -215,6 +229,7 @@ void LlmRuntime::fill_step(Slot& s, std::span<const int32_t> ids, int64_t first_
     std::fill(m, m + visible, 0.0f);
     std::fill(m + visible, m + C, kNegInf);
   }
+  if (s.last_row_logits) s.logit_rows[0] = static_cast<int32_t>(ids.size()) - 1;  // the last real token
 }
 
 std::span<const float> LlmRuntime::prefill(std::span<const int32_t> ids, std::vector<float>* all_logits) {
@@ -223,6 +238,9 @@ std::span<const float> LlmRuntime::prefill(std::span<const int32_t> ids, std::ve
     fail("prompt of {} tokens does not fit: {} of {} K/V rows are in use", ids.size(), pos_, capacity());
   for (int32_t id : ids)
     if (id < 0 || id >= hp_.n_vocab) fail("token id {} is outside the vocabulary (0..{})", id, hp_.n_vocab - 1);
+  if (all_logits && !cfg_.all_logits)
+    fail("prefill: the logits of every token need a runtime made with RuntimeConfig::all_logits "
+         "(this one's prefill blobs compute the last token's only)");
   const int64_t V = hp_.n_vocab;
   if (all_logits) all_logits->clear();
   int64_t last_n = 0;
@@ -245,7 +263,8 @@ std::span<const float> LlmRuntime::prefill(std::span<const int32_t> ids, std::ve
     last_n = static_cast<int64_t>(n);
     off += n;
   }
-  return {used->logits.data() + (last_n - 1) * V, static_cast<size_t>(V)};
+  const int64_t last_row = used->last_row_logits ? 0 : last_n - 1;
+  return {used->logits.data() + last_row * V, static_cast<size_t>(V)};
 }
 
 void LlmRuntime::shift(int64_t n_keep, int64_t n_discard) {
