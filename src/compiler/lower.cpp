@@ -84,10 +84,21 @@ class Lowering {
     return last;
   }
 
+  // True when `id` is an intermediate that nothing reads after stage `s` - 1 besides `except`
+  // (no later task, and no graph output: an output must keep its value).
+  bool free_after(int id, int except, int s) const {
+    if (!is_compute(g_.node(id).op)) return false;
+    for (int c : g_.consumers(id))
+      if (c != except && (!is_compute(g_.node(c).op) || stage_[static_cast<size_t>(c)] >= s)) return false;
+    return true;
+  }
+
   // In-place ops write into their input's buffer:
   //  Rope        always (its input is an intermediate or a State buffer read by nobody else);
   //  ScatterRows always (it updates its target; the target may be read only by it);
-  //  MatMul      into its residual input when every other reader of it ran in an earlier stage.
+  //  MatMul      into its residual input when every other reader of it ran in an earlier stage;
+  //  SwiGlu      into its gate when nothing else reads the gate (elementwise: each element is read
+  //              before it is written), which saves the largest buffer of a transformer's FFN.
   void assign_aliases() {
     for (int i = 0; i < g_.size(); ++i) {
       const ir::Node& n = g_.node(i);
@@ -106,6 +117,8 @@ class Lowering {
           sets_.join(i, res);
           inplace_residual_.push_back(i);
         }
+      } else if (n.op == Op::SwiGlu && free_after(n.inputs.at(0), i, s)) {
+        sets_.join(i, n.inputs.at(0));
       }
     }
   }

@@ -522,12 +522,17 @@ TEST_P(KernelIsa, SwigluMatchesReference) {
     swiglu(g.data(), u.data(), out.data(), 0, n);
     std::vector<float> split(n, -1.0f);
     for (int64_t i = 0; i < n; i += 3) swiglu(g.data(), u.data(), split.data(), i, std::min(n, i + 3));
+    std::vector<float> over_gate = g, over_up = u;  // out may alias either input
+    swiglu(over_gate.data(), u.data(), over_gate.data(), 0, n);
+    swiglu(g.data(), over_up.data(), over_up.data(), 0, n);
     for (int64_t i = 0; i < n; ++i) {
       const double gd = g[i];
       const double want = gd / (1.0 + std::exp(-gd)) * u[i];
       ASSERT_FALSE(std::isnan(out[i])) << i;
       ASSERT_NEAR(out[i], want, 4e-7 * std::fabs(want) + 1e-30) << "n=" << n << " i=" << i << " g=" << g[i];
       ASSERT_TRUE(same_bits(out[i], split[i])) << i;
+      ASSERT_TRUE(same_bits(out[i], over_gate[i])) << i;
+      ASSERT_TRUE(same_bits(out[i], over_up[i])) << i;
     }
   }
 }

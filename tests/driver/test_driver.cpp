@@ -104,7 +104,7 @@ std::vector<float> ramp(size_t n, float start, float step) {
 TEST(Driver, ExecutablesSharingOneScratchArenaMatchSeparateArenas) {
   auto dev = cpu::create_cpu_device(2);
   NoWeights bank;
-  const auto small_bytes = small_blob();
+  const auto small_bytes = bigger_blob(1000);
   const auto big_bytes = bigger_blob(3000);
   driver::Queue q(*dev);
   const auto a1 = ramp(1000, -3, 0.01f), b1 = ramp(1000, 0.5f, -0.001f);
@@ -179,6 +179,50 @@ TEST(Driver, GatherRowsTaskPicksTheIndexedRows) {
   bad.node(picked).shape = {"seq", 5};
   bad.nodes().back().shape = {"seq", 5};
   EXPECT_THROW(compiler::compile(bad, {"bad", {{"seq", 7}, {"out", 3}}}), Error);
+}
+
+// y = silu(a + a) * (b + b) + b. The SwiGlu overwrites its gate (a + a) in place, which saves a
+// buffer, unless something else still needs the gate: here, with `gate_is_output`, a graph output.
+std::vector<uint8_t> swiglu_blob(bool gate_is_output) {
+  ir::Graph g;
+  int a = g.add({.op = Op::Parameter, .name = "a", .shape = {300}, .type = 0, .io_role = ir::IoRole::Input});
+  int b = g.add({.op = Op::Parameter, .name = "b", .shape = {300}, .type = 0, .io_role = ir::IoRole::Input});
+  int gate = g.add({.op = Op::Add, .name = "gate", .inputs = {a, a}, .shape = {300}, .type = 0});
+  int up = g.add({.op = Op::Add, .name = "up", .inputs = {b, b}, .shape = {300}, .type = 0});
+  int act = g.add({.op = Op::SwiGlu, .name = "act", .inputs = {gate, up}, .shape = {300}, .type = 0});
+  int y = g.add({.op = Op::Add, .name = "y", .inputs = {act, b}, .shape = {300}, .type = 0});
+  g.add({.op = Op::Result, .name = "y", .inputs = {y}, .shape = {300}, .type = 0});
+  if (gate_is_output) g.add({.op = Op::Result, .name = "gate_out", .inputs = {gate}, .shape = {300}, .type = 0});
+  return blob::write_blob(compiler::compile(g, {"swiglu", {}}));
+}
+
+TEST(Driver, SwiGluOverwritesItsGateOnlyWhenNothingElseNeedsIt) {
+  auto dev = cpu::create_cpu_device(2);
+  NoWeights bank;
+  driver::Queue q(*dev);
+  const auto a = ramp(300, -2, 0.013f), b = ramp(300, 0.9f, -0.004f);
+  for (bool gate_is_output : {false, true}) {
+    driver::Executable exe(swiglu_blob(gate_is_output), "swiglu", bank, *dev);
+    std::vector<std::string> planned;
+    for (const blob::PlanEntry& e : exe.image().plan) planned.push_back(e.name);
+    // In place: act lives in gate's buffer (one plan entry for both); otherwise act has its own.
+    const std::vector<std::string> want = gate_is_output ? std::vector<std::string>{"up", "act"} : std::vector<std::string>{"gate", "up"};
+    EXPECT_EQ(planned, want);
+    std::vector<float> y(300, -1.0f), gate_out(300, -1.0f);
+    driver::CommandList cl(exe);
+    cl.bind("a", const_cast<float*>(a.data()), 1200);
+    cl.bind("b", const_cast<float*>(b.data()), 1200);
+    cl.bind("y", y.data(), 1200);
+    if (gate_is_output) cl.bind("gate_out", gate_out.data(), 1200);
+    q.run(cl);
+    for (int i = 0; i < 300; ++i) {
+      const float g = a[i] + a[i], u = b[i] + b[i];
+      ASSERT_NEAR(y[i], g / (1.0f + std::exp(-g)) * u + b[i], 1e-5f) << i;
+      if (gate_is_output) {
+        ASSERT_EQ(gate_out[i], g) << i;
+      }
+    }
+  }
 }
 
 TEST(Driver, RefusesSmallBuffersUnknownNamesAndCorruptBlobs) {

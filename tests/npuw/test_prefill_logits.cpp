@@ -103,7 +103,9 @@ TEST(PrefillLogits, PrefillBlobsComputeOneRowOfLogitsUnlessAllAreAsked) {
       const bool gathers = !all && name.rfind("prefill", 0) == 0;
       bool has_rows = false;
       for (const blob::IoDesc& io : img.ios) {
-        if (io.name == "logits") EXPECT_EQ(io.shape, (std::vector<int64_t>{gathers ? 1 : seq, 512})) << name;
+        if (io.name == "logits") {
+          EXPECT_EQ(io.shape, (std::vector<int64_t>{gathers ? 1 : seq, 512})) << name;
+        }
         if (io.name == "logit_rows") {
           has_rows = true;
           EXPECT_EQ(io.shape, std::vector<int64_t>{1}) << name;
@@ -117,8 +119,11 @@ TEST(PrefillLogits, PrefillBlobsComputeOneRowOfLogitsUnlessAllAreAsked) {
   const auto sa = npuw::blob_specs(a), sb = npuw::blob_specs(b);
   ASSERT_EQ(sa.size(), sb.size());
   for (size_t i = 0; i < sa.size(); ++i) {
-    if (sa[i].name.rfind("prefill", 0) == 0) EXPECT_NE(sa[i].cache_config(), sb[i].cache_config()) << sa[i].name;
-    else EXPECT_EQ(sa[i].cache_config(), sb[i].cache_config()) << sa[i].name;
+    if (sa[i].name.rfind("prefill", 0) == 0) {
+      EXPECT_NE(sa[i].cache_config(), sb[i].cache_config()) << sa[i].name;
+    } else {
+      EXPECT_EQ(sa[i].cache_config(), sb[i].cache_config()) << sa[i].name;
+    }
   }
 }
 

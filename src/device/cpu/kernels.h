@@ -43,7 +43,7 @@ void matmul(const float* x, int64_t M, int64_t K, const void* W, GgmlType wt, co
 // out[i] = a[i] + b[i] for i in [i0, i1).
 void add(const float* a, const float* b, float* out, int64_t i0, int64_t i1);
 
-// out[i] = silu(gate[i]) * up[i] for i in [i0, i1); silu(x) = x / (1 + exp(-x)).
+// out[i] = silu(gate[i]) * up[i] for i in [i0, i1); silu(x) = x / (1 + exp(-x)). out may alias gate or up.
 void swiglu(const float* gate, const float* up, float* out, int64_t i0, int64_t i1);
 
 // Rotary embedding in place on x viewed as [S, H, hd]; r in [r0, r1) indexes (s, h) = (r / H, r % H).
