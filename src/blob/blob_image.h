@@ -47,7 +47,7 @@ struct WeightRef {
 };
 
 enum class RelocKind : uint32_t {
-  Scratch = 1,   // internal: .npu.scratch base + addend, applied once at load
+  Scratch = 1,   // internal: .npu.scratch base + addend, applied once (the driver's scratch arena)
   Const = 2,     // internal: .npu.consts base + addend, applied once at load
   Weight = 3,    // internal: weight[index] data + addend, applied once at load
   Io = 4,        // user I/O: io[index] buffer + addend, applied whenever the tensor is bound

@@ -14,6 +14,7 @@ const char* op_name(uint32_t op) {
     case OpCode::ScatterRows: return "ScatterRows";
     case OpCode::Attention: return "Attention";
     case OpCode::SwiGlu: return "SwiGlu";
+    case OpCode::GatherRows: return "GatherRows";
   }
   return "?";
 }

@@ -38,8 +38,11 @@ enum class OpCode : uint32_t {
   // 4 out (f32 [S,H,hd]). dim: 0 S, 1 H, 2 Hkv, 3 hd, 4 C. fparam 0 scale.
   // A row whose mask is -inf everywhere gives zeros.
   Attention = 7,
-  // out = silu(gate) * up elementwise.  ptr: 0 gate, 1 up, 2 out. dim: 0 count.
+  // out = silu(gate) * up elementwise.  ptr: 0 gate, 1 up, 2 out (may alias gate or up). dim: 0 count.
   SwiGlu = 8,
+  // out[i, :] = x[idx[i], :] for i < N; an index outside [0, S) gives a zero row.
+  // ptr: 0 x (f32 [S,R]), 1 idx (i32 [N]), 2 out (f32 [N,R]). dim: 0 N, 1 R, 2 S.
+  GatherRows = 9,
 };
 
 inline constexpr int kMaxOperands = 6;

@@ -38,6 +38,7 @@ int run(LogitsOptions& o) {
   npuw::RuntimeConfig cfg = o.rt.resolve();
   // One prefill of all the tokens unless the user chose a chunk size.
   if (!o.rt.chunk_given) cfg.prefill_chunk = static_cast<int64_t>(ids.size());
+  cfg.all_logits = true;  // prefill blobs that compute every token's logits, not just the last one's
   npuw::LlmRuntime rt(o.model, cfg);
   std::vector<float> logits;
   rt.prefill(ids, &logits);

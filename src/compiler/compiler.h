@@ -20,7 +20,9 @@
 
 namespace npullm::compiler {
 
-inline constexpr const char* kCompilerVersion = "npullm-compiler-1";
+// Part of every blob cache key: change it whenever the same graph compiles to different tasks
+// (2: SwiGlu writes over its gate in place).
+inline constexpr const char* kCompilerVersion = "npullm-compiler-2";
 
 struct CompileOptions {
   std::string name;                          // blob name (stored in .npu.meta)

@@ -84,10 +84,21 @@ class Lowering {
     return last;
   }
 
+  // True when `id` is an intermediate that nothing reads after stage `s` - 1 besides `except`
+  // (no later task, and no graph output: an output must keep its value).
+  bool free_after(int id, int except, int s) const {
+    if (!is_compute(g_.node(id).op)) return false;
+    for (int c : g_.consumers(id))
+      if (c != except && (!is_compute(g_.node(c).op) || stage_[static_cast<size_t>(c)] >= s)) return false;
+    return true;
+  }
+
   // In-place ops write into their input's buffer:
   //  Rope        always (its input is an intermediate or a State buffer read by nobody else);
   //  ScatterRows always (it updates its target; the target may be read only by it);
-  //  MatMul      into its residual input when every other reader of it ran in an earlier stage.
+  //  MatMul      into its residual input when every other reader of it ran in an earlier stage;
+  //  SwiGlu      into its gate when nothing else reads the gate (elementwise: each element is read
+  //              before it is written), which saves the largest buffer of a transformer's FFN.
   void assign_aliases() {
     for (int i = 0; i < g_.size(); ++i) {
       const ir::Node& n = g_.node(i);
@@ -106,6 +117,8 @@ class Lowering {
           sets_.join(i, res);
           inplace_residual_.push_back(i);
         }
+      } else if (n.op == Op::SwiGlu && free_after(n.inputs.at(0), i, s)) {
+        sets_.join(i, n.inputs.at(0));
       }
     }
   }
@@ -250,6 +263,18 @@ class Lowering {
           task.dim[0] = S; task.dim[1] = n.heads; task.dim[2] = n.kv_heads;
           task.dim[3] = n.shape.at(1).value / n.heads; task.dim[4] = kshape.at(0).value;
           task.fparam[0] = n.scale;
+          break;
+        }
+        case Op::GatherRows: {
+          task.op = static_cast<uint32_t>(OpCode::GatherRows);
+          bind_operand(task, t, 0, in(0)); bind_operand(task, t, 1, in(1)); bind_operand(task, t, 2, id);
+          const ir::Shape& src = shape_of(0);
+          task.dim[0] = S;
+          task.dim[1] = ir::num_elements(src) / src.at(0).value;
+          task.dim[2] = src.at(0).value;
+          if (ir::num_elements(shape_of(1)) != S || ir::num_elements(n.shape) != S * task.dim[1])
+            fail("compiler: GatherRows '{}': {} indices and rows of {} make no {}", n.name,
+                 ir::shape_to_string(shape_of(1)), ir::shape_to_string(src), ir::shape_to_string(n.shape));
           break;
         }
         default:

@@ -24,6 +24,24 @@ AlignedBuffer& AlignedBuffer::operator=(AlignedBuffer&& o) noexcept {
   return *this;
 }
 
+// ---------------------------------------------------------------- ScratchArena
+
+void ScratchArena::reserve(uint64_t bytes, const std::string& label) {
+  if (bytes <= bytes_) return;
+  if (committed_)
+    fail("driver: blob '{}' needs {} bytes of scratch, but the shared arena is in use already with {} "
+         "(load every executable that shares it before recording command lists)", label, bytes, bytes_);
+  bytes_ = bytes;
+}
+
+uint8_t* ScratchArena::commit() {
+  if (!committed_) {
+    mem_ = AlignedBuffer(static_cast<size_t>(bytes_));
+    committed_ = true;
+  }
+  return mem_.data();
+}
+
 // ---------------------------------------------------------------- Executable
 
 namespace {
@@ -33,11 +51,13 @@ void patch(std::vector<blob::TaskDesc>& tasks, const blob::Reloc& r, uint64_t va
 }  // namespace
 
 Executable::Executable(std::span<const uint8_t> bytes, const std::string& label, const WeightsBank& bank,
-                       device::Device& dev)
-    : label_(label), img_(blob::read_blob(bytes.data(), bytes.size(), label)), dev_(dev) {
-  // Memory by section kind: the NOBITS scratch arena is allocated zeroed; constants are copied;
-  // the task section is copied so it can be patched.
-  scratch_ = AlignedBuffer(img_.scratch_bytes);
+                       device::Device& dev, std::shared_ptr<ScratchArena> arena)
+    : label_(label), img_(blob::read_blob(bytes.data(), bytes.size(), label)), dev_(dev),
+      arena_(arena ? std::move(arena) : std::make_shared<ScratchArena>()) {
+  // Memory by section kind: the NOBITS scratch section is reserved in the arena (allocated, zeroed,
+  // when the first command list is recorded); constants are copied; the task section is copied so
+  // it can be patched.
+  arena_->reserve(img_.scratch_bytes, label_);
   consts_ = AlignedBuffer(img_.consts.size());
   if (!img_.consts.empty()) std::memcpy(consts_.data(), img_.consts.data(), img_.consts.size());
   template_ = img_.tasks;
@@ -47,12 +67,13 @@ Executable::Executable(std::span<const uint8_t> bytes, const std::string& label,
   io_relocs_.resize(img_.ios.size());
   for (const blob::Reloc& r : img_.relocs) {
     switch (r.kind) {
-      case blob::RelocKind::Scratch: patch(template_, r, reinterpret_cast<uint64_t>(scratch_.data()) + static_cast<uint64_t>(r.addend)); break;
+      case blob::RelocKind::Scratch: scratch_relocs_.push_back(&r); break;
       case blob::RelocKind::Const: patch(template_, r, reinterpret_cast<uint64_t>(consts_.data()) + static_cast<uint64_t>(r.addend)); break;
       case blob::RelocKind::Weight: patch(template_, r, reinterpret_cast<uint64_t>(weights.at(r.index)) + static_cast<uint64_t>(r.addend)); break;
       case blob::RelocKind::Io: io_relocs_.at(r.index).push_back(&r); break;
     }
   }
+  // The device sizes its own resources from ops and shapes; no operand address is final yet.
   dev_.prepare(device::Program{template_.data(), template_.size(), img_.barriers.data(), img_.barriers.size()});
 }
 
@@ -64,7 +85,10 @@ int Executable::io_index(const std::string& name) const {
 
 // ---------------------------------------------------------------- CommandList
 
-CommandList::CommandList(const Executable& exe) : exe_(exe), tasks_(exe.template_), bound_(exe.img_.ios.size(), false) {}
+CommandList::CommandList(const Executable& exe) : exe_(exe), tasks_(exe.template_), bound_(exe.img_.ios.size(), false) {
+  const uint64_t base = reinterpret_cast<uint64_t>(exe.arena_->commit());
+  for (const blob::Reloc* r : exe.scratch_relocs_) patch(tasks_, *r, base + static_cast<uint64_t>(r->addend));
+}
 
 void CommandList::bind(int index, void* data, size_t bytes) {
   if (index < 0 || static_cast<size_t>(index) >= bound_.size())

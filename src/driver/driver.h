@@ -2,17 +2,25 @@
 //
 // Vocabulary (one word per concept, in the manner of Level Zero / IREE HAL):
 //   WeightsBank   where weights live (read-only, shared by every blob); blobs name tensors in it.
-//   Executable    a validated, loaded blob: its task template with internal relocations applied
-//                 (scratch, constants, weights) and its own scratch arena. Owns that memory.
+//   ScratchArena  the memory that holds a blob's intermediate tensors during a run (.npu.scratch).
+//                 Several executables may share one; it is sized by the largest of them.
+//   Executable    a validated, loaded blob: its task template with the constant and weight
+//                 relocations applied, its constants, and a reference to its scratch arena (its own
+//                 unless one is given).
 //   CommandList   a recorded run of one executable with its user I/O bound. It holds its own copy
-//                 of the task array; bind() patches the user-I/O relocations in that copy, so the
-//                 bound pointers can change between runs without re-recording (a mutable command list).
+//                 of the task array with the scratch relocations applied; bind() patches the user-I/O
+//                 relocations in that copy, so the bound pointers can change between runs without
+//                 re-recording (a mutable command list).
 //   Queue         submits command lists to a device on its own thread, in order.
 //   Fence         signalled when a submission finishes; wait by polling or by blocking.
 //
 // Ownership: an Executable must outlive its CommandLists; a CommandList must not be re-bound or
-// destroyed while a submission that uses it is in flight. Two command lists of one executable share
-// its scratch arena, so they must not be in flight at the same time (the queue runs one at a time).
+// destroyed while a submission that uses it is in flight. Executables hold their scratch arena by
+// shared_ptr, so it lives as long as the last of them.
+// Scratch is shared: two command lists of one executable, or of two executables given the same
+// arena, overwrite each other's intermediates, so they must never be in flight at the same time.
+// One Queue runs its submissions one at a time, so everything submitted to a single queue is safe;
+// two queues must not run command lists that share an arena.
 #pragma once
 #include <atomic>
 #include <condition_variable>
@@ -54,30 +62,62 @@ class AlignedBuffer {
   size_t size_ = 0;
 };
 
+// Scratch memory shared by executables that never run at the same time (see Ownership above).
+// Two phases, so that it can be sized by blobs loaded one after another:
+//   1. every Executable made on the arena reserves its blob's scratch_bytes (the size is the largest);
+//   2. the first CommandList recorded on any of them commits it: the memory is allocated (zeroed,
+//      as an ELF NOBITS section is) and from then on its size and address are fixed. A later
+//      reservation that needs more than the committed size is refused.
+// Not thread-safe: load executables and record command lists from one thread.
+class ScratchArena {
+ public:
+  ScratchArena() = default;
+  ScratchArena(const ScratchArena&) = delete;
+  ScratchArena& operator=(const ScratchArena&) = delete;
+  // Makes the arena at least `bytes` big; throws npullm::Error naming `label` when it is
+  // committed already and smaller.
+  void reserve(uint64_t bytes, const std::string& label);
+  // The memory, allocated on the first call.
+  uint8_t* commit();
+  uint64_t size() const { return bytes_; }
+  bool committed() const { return committed_; }
+
+ private:
+  uint64_t bytes_ = 0;
+  bool committed_ = false;
+  AlignedBuffer mem_;
+};
+
 class Executable {
  public:
   // Validates `bytes` (read_blob) and resolves every weight; throws npullm::Error on any problem.
+  // The blob's scratch lives in `arena` (reserved now, see ScratchArena), or, when none is given,
+  // in an arena of its own.
   Executable(std::span<const uint8_t> bytes, const std::string& label, const WeightsBank& bank,
-             device::Device& dev);
+             device::Device& dev, std::shared_ptr<ScratchArena> arena = nullptr);
   const blob::BlobImage& image() const { return img_; }
   const std::string& label() const { return label_; }
   int io_index(const std::string& name) const;          // -1 when absent
   const blob::IoDesc& io(int index) const { return img_.ios.at(static_cast<size_t>(index)); }
   device::Device& device() const { return dev_; }
+  const ScratchArena& scratch() const { return *arena_; }
 
  private:
   friend class CommandList;
   std::string label_;
   blob::BlobImage img_;
   device::Device& dev_;
-  AlignedBuffer scratch_;
+  std::shared_ptr<ScratchArena> arena_;
   AlignedBuffer consts_;
-  std::vector<blob::TaskDesc> template_;  // internal relocations applied
+  std::vector<blob::TaskDesc> template_;  // constant and weight relocations applied
+  std::vector<const blob::Reloc*> scratch_relocs_;          // applied by each CommandList
   std::vector<std::vector<const blob::Reloc*>> io_relocs_;  // per io index
 };
 
 class CommandList {
  public:
+  // Copies the executable's task template and points its scratch operands into the executable's
+  // arena (committing the arena, see ScratchArena).
   explicit CommandList(const Executable& exe);
   // Points I/O `index` at `data` (at least io(index).bytes bytes). Throws if too small or unknown.
   void bind(int index, void* data, size_t bytes);

@@ -21,6 +21,7 @@ const char* op_name(Op op) {
     case Op::ScatterRows: return "ScatterRows";
     case Op::Attention: return "Attention";
     case Op::SwiGlu: return "SwiGlu";
+    case Op::GatherRows: return "GatherRows";
   }
   return "?";
 }

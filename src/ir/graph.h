@@ -27,6 +27,7 @@ enum class Op {
   ScatterRows,  // (target, rows, src) -> target with target[rows[s]] = src[s]; updates target in place
   Attention,    // (q, k, v, mask) ; scale, heads, kv_heads
   SwiGlu,       // (gate, up)
+  GatherRows,   // (x, idx) -> out with out[i] = x[idx[i]] (rows along dim 0; out has idx's length)
 };
 
 const char* op_name(Op op);

@@ -46,8 +46,10 @@ class Builder {
     return g_.add(ir::Node{.op = op, .name = name, .inputs = std::move(inputs), .shape = std::move(shape), .type = kF32});
   }
 
-  int matmul(const std::string& name, int x, int w, int64_t n_out, int residual = ir::kNoInput, int bias = ir::kNoInput) {
-    return op(ir::Op::MatMul, name, {x, w, bias, residual}, {"seq", n_out});
+  // `rows` is the first dimension of x and of the result.
+  int matmul(const std::string& name, int x, int w, int64_t n_out, int residual = ir::kNoInput, int bias = ir::kNoInput,
+             const char* rows = "seq") {
+    return op(ir::Op::MatMul, name, {x, w, bias, residual}, {rows, n_out});
   }
 
   // An optional tensor (biases, rope factors): the weight node when the file has it.
@@ -55,8 +57,8 @@ class Builder {
     return f_.find_tensor(name) ? weight(name, std::move(dims)) : ir::kNoInput;
   }
 
-  int rmsnorm(const std::string& name, int x, int w) {
-    int id = op(ir::Op::RmsNorm, name, {x, w}, {"seq", hp_.n_embd});
+  int rmsnorm(const std::string& name, int x, int w, const char* rows = "seq") {
+    int id = op(ir::Op::RmsNorm, name, {x, w}, {rows, hp_.n_embd});
     g_.node(id).eps = hp_.rms_eps;
     return id;
   }
@@ -100,12 +102,13 @@ class Builder {
     return std::move(g_);
   }
 
-  ir::Graph build() {
+  ir::Graph build(const GraphOptions& opt) {
     const int64_t D = hp_.n_embd, H = hp_.n_head, Hkv = hp_.n_head_kv, hd = hp_.head_dim;
     const int ids = param("input_ids", {"seq"}, kI32);
     const int positions = param("positions", {"seq"}, kI32);
     const int rows = param("cache_rows", {"seq"}, kI32);
     const int mask = param("attention_mask", {"seq", "ctx"}, kF32);
+    const int logit_rows = opt.logit_rows ? param("logit_rows", {"out"}, kI32) : ir::kNoInput;
 
     const int embd = weight("token_embd.weight", {D, hp_.n_vocab});
     rope_factors_ = optional_weight("rope_freqs.weight", {hp_.n_rot / 2});
@@ -137,10 +140,13 @@ class Builder {
       int act = op(ir::Op::SwiGlu, b + "ffn_act", {gate, up}, {"seq", hp_.n_ff});
       x = matmul(b + "ffn_out", act, weight(b + "ffn_down.weight", {hp_.n_ff, D}), D, x);
     }
-    x = rmsnorm("output_norm", x, weight("output_norm.weight", {D}));
+    // Rows whose logits nobody reads are dropped before the output norm (per row) and matmul.
+    const char* out_rows = opt.logit_rows ? "out" : "seq";
+    if (opt.logit_rows) x = op(ir::Op::GatherRows, "logit_rows.gather", {x, logit_rows}, {out_rows, D});
+    x = rmsnorm("output_norm", x, weight("output_norm.weight", {D}), out_rows);
     const int out_w = hp_.tied_output ? embd : weight("output.weight", {D, hp_.n_vocab});
-    const int logits = matmul("logits", x, out_w, hp_.n_vocab);
-    g_.add(ir::Node{.op = ir::Op::Result, .name = "logits", .inputs = {logits}, .shape = {"seq", hp_.n_vocab}, .type = kF32});
+    const int logits = matmul("logits", x, out_w, hp_.n_vocab, ir::kNoInput, ir::kNoInput, out_rows);
+    g_.add(ir::Node{.op = ir::Op::Result, .name = "logits", .inputs = {logits}, .shape = {out_rows, hp_.n_vocab}, .type = kF32});
     // A tensor the graph does not use means a model variant we do not understand: refuse it rather
     // than compute something else.
     for (const GgufTensorInfo& t : f_.tensors())
@@ -159,8 +165,8 @@ class Builder {
 
 }  // namespace
 
-ir::Graph build_llama_graph(const HParams& hp, const GgufFile& weights) {
-  return Builder(hp, weights).build();
+ir::Graph build_llama_graph(const HParams& hp, const GgufFile& weights, const GraphOptions& opt) {
+  return Builder(hp, weights).build(opt);
 }
 
 ir::Graph build_rerotate_graph(const HParams& hp, const GgufFile& weights) {

@@ -6,13 +6,15 @@
 //   positions       i32 [seq]        RoPE position of each token
 //   cache_rows      i32 [seq]        row of the K/V state each token's K/V is written to (-1: none)
 //   attention_mask  f32 [seq, ctx]   additive: 0 where token s may attend row t, -inf elsewhere
+//   logit_rows      i32 [out]        only with GraphOptions::logit_rows: the rows whose logits are computed
 // State variables: "blk.<l>.key" and "blk.<l>.value", f32 [ctx, n_head_kv, head_dim].
-// Output: logits f32 [seq, n_vocab].
+// Output: logits f32 [seq, n_vocab], or [out, n_vocab] with GraphOptions::logit_rows.
 //
 // Per layer (pre-norm):   h = rmsnorm(x) ; q,k,v = h Wq, h Wk, h Wv ; rope(q), rope(k)
 //                         K = scatter(ReadValue(K), cache_rows, k) ; Assign(K)   (same for V)
 //                         x = x + attention(q, K, V, mask) Wo
 //                         x = x + (silu(rmsnorm(x) Wg) * (rmsnorm(x) Wu)) Wd
+// Then:                   logits = rmsnorm(x) Wout             (x = gather(x, logit_rows) first, if asked)
 #pragma once
 #include "ir/graph.h"
 #include "model/hparams.h"
@@ -23,9 +25,17 @@ class GgufFile;
 
 namespace npullm::model {
 
+struct GraphOptions {
+  // Compute the logits of the rows named by the input logit_rows only (dimension "out"): the last
+  // layer's output rows are gathered (GatherRows) before the output norm and matmul, which are
+  // per-row, so each row's logits are exactly those of the full graph. A prefill that needs the
+  // last token's logits then computes [1, n_vocab] instead of [seq, n_vocab].
+  bool logit_rows = false;
+};
+
 // The weights' types and shapes are taken from `weights` (and checked against `hp`); a missing
 // or misshapen tensor is an npullm::Error naming it.
-ir::Graph build_llama_graph(const HParams& hp, const GgufFile& weights);
+ir::Graph build_llama_graph(const HParams& hp, const GgufFile& weights, const GraphOptions& opt = {});
 
 // The key re-rotation used by a context shift: input positions i32 [ctx] (the position delta of
 // each row; 0 leaves a row as it is), state "blk.<l>.key" rotated in place. No outputs.

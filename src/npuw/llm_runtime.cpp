@@ -27,16 +27,20 @@ std::vector<int64_t> default_variants(int64_t max_prompt_len, int64_t min_respon
 }
 
 std::string BlobSpec::cache_config() const {
-  return std::string(compiler::kCompilerVersion) + " " + name + " seq=" + std::to_string(seq) + " ctx=" + std::to_string(capacity);
+  return std::string(compiler::kCompilerVersion) + " " + name + " seq=" + std::to_string(seq) + " ctx=" + std::to_string(capacity) +
+         (last_row_logits ? " logits=last" : "");
 }
 
 std::vector<BlobSpec> blob_specs(const RuntimeConfig& cfg) {
-  std::vector<BlobSpec> out{{BlobSpec::Forward, "prefill", cfg.prefill_chunk, cfg.variants.back()}};
+  // Prefill blobs compute the logits of the last real token of a run only, unless every row's
+  // logits are asked for (cfg.all_logits). Generate blobs have one row anyway.
+  const bool last = !cfg.all_logits;
+  std::vector<BlobSpec> out{{BlobSpec::Forward, "prefill", cfg.prefill_chunk, cfg.variants.back(), last}};
   // Smaller prefill blobs for the tail of a prompt (P/4, P/16, ... down to 8 tokens), so a short
   // prompt or the last chunk of a long one computes little padding.
   if (cfg.prefill_ladder)
     for (int64_t p = cfg.prefill_chunk / 4; p >= 8; p /= 4)
-      out.push_back({BlobSpec::Forward, "prefill-" + std::to_string(p), p, cfg.variants.back()});
+      out.push_back({BlobSpec::Forward, "prefill-" + std::to_string(p), p, cfg.variants.back(), last});
   for (int64_t c : cfg.variants) out.push_back({BlobSpec::Forward, "generate-" + std::to_string(c), 1, c});
   out.push_back({BlobSpec::Rerotate, "rerotate", cfg.variants.back(), cfg.variants.back()});
   return out;
@@ -55,22 +59,26 @@ void resolve_config(RuntimeConfig& cfg, const model::HParams& hp) {
     fail("generate variant capacity {} exceeds the model's context length {}", cfg.variants.back(), hp.n_ctx_train);
 }
 
-// The two graphs a model needs, built on first use.
+// The graphs a model needs (forward with every row's logits or chosen rows', rerotate), built on first use.
 struct Graphs {
   const model::HParams& hp;
   const GgufFile& f;
-  std::unique_ptr<ir::Graph> forward, rerotate;
-  const ir::Graph& get(BlobSpec::Kind k) {
-    auto& g = k == BlobSpec::Forward ? forward : rerotate;
-    if (!g)
-      g = std::make_unique<ir::Graph>(k == BlobSpec::Forward ? model::build_llama_graph(hp, f) : model::build_rerotate_graph(hp, f));
+  std::unique_ptr<ir::Graph> forward, forward_rows, rerotate;
+  const ir::Graph& get(const BlobSpec& spec) {
+    if (spec.kind == BlobSpec::Rerotate) {
+      if (!rerotate) rerotate = std::make_unique<ir::Graph>(model::build_rerotate_graph(hp, f));
+      return *rerotate;
+    }
+    auto& g = spec.last_row_logits ? forward_rows : forward;
+    if (!g) g = std::make_unique<ir::Graph>(model::build_llama_graph(hp, f, {.logit_rows = spec.last_row_logits}));
     return *g;
   }
 };
 
 std::vector<uint8_t> compile_spec(Graphs& graphs, const BlobSpec& spec) {
   compiler::CompileOptions opt{spec.name, {{"seq", spec.seq}, {"ctx", spec.capacity}}};
-  return blob::write_blob(compiler::compile(graphs.get(spec.kind), opt));
+  if (spec.last_row_logits) opt.symbols["out"] = 1;
+  return blob::write_blob(compiler::compile(graphs.get(spec), opt));
 }
 
 }  // namespace
@@ -79,7 +87,7 @@ std::vector<std::pair<std::string, std::vector<uint8_t>>> compile_blobs(const st
   auto f = GgufFile::open(model_path);
   const model::HParams hp = model::HParams::from_gguf(*f);
   resolve_config(cfg, hp);
-  Graphs graphs{hp, *f, nullptr, nullptr};
+  Graphs graphs{hp, *f, nullptr, nullptr, nullptr};
   std::vector<std::pair<std::string, std::vector<uint8_t>>> out;
   for (const BlobSpec& spec : blob_specs(cfg)) out.emplace_back(spec.name, compile_spec(graphs, spec));
   return out;
@@ -88,10 +96,12 @@ std::vector<std::pair<std::string, std::vector<uint8_t>>> compile_blobs(const st
 // One loaded blob, its command list and the input/output buffers bound to it once at load.
 struct LlmRuntime::Slot {
   std::string name;
+  BlobSpec::Kind kind = BlobSpec::Forward;
   int64_t seq = 0, capacity = 0;
+  bool last_row_logits = false;  // logits [1, n_vocab] of the row in logit_rows, else [seq, n_vocab]
   std::unique_ptr<driver::Executable> exe;
   std::unique_ptr<driver::CommandList> cl;
-  std::vector<int32_t> ids, positions, rows;
+  std::vector<int32_t> ids, positions, rows, logit_rows;
   std::vector<float> mask, logits;
 };
 
@@ -121,19 +131,25 @@ void LlmRuntime::load_blobs() {
   const uint64_t header[2] = {hash_bytes(gguf_->file_data(), static_cast<size_t>(gguf_->data_offset())), gguf_->file_size()};
   const uint64_t model_hash = hash_bytes(header, sizeof header);
   BlobCache cache(cache_dir, model_hash);
-  Graphs graphs{hp_, *gguf_, nullptr, nullptr};  // built only if something must be compiled
+  Graphs graphs{hp_, *gguf_, nullptr, nullptr, nullptr};  // built only if something must be compiled
 
-  auto make_slot = [&](const BlobSpec& spec) {
+  // Every blob runs on the one queue, one at a time, so all of them share one scratch arena, as big
+  // as the largest blob needs (driver.h: blobs that share an arena must never be in flight together).
+  scratch_ = std::make_shared<driver::ScratchArena>();
+
+  // Phase 1: load (or compile) every blob; each reserves its scratch in the shared arena.
+  auto load_slot = [&](const BlobSpec& spec) {
     auto s = std::make_unique<Slot>();
     const std::string& name = spec.name;
-    const int64_t seq = spec.seq, capacity = spec.capacity;
     s->name = name;
-    s->seq = seq;
-    s->capacity = capacity;
+    s->kind = spec.kind;
+    s->last_row_logits = spec.last_row_logits;
+    s->seq = spec.seq;
+    s->capacity = spec.capacity;
     const std::string config = spec.cache_config();
     if (auto bytes = cache.load(name, config)) {
       try {
-        s->exe = std::make_unique<driver::Executable>(*bytes, cache.path_for(name, config), *bank_, *device_);
+        s->exe = std::make_unique<driver::Executable>(*bytes, cache.path_for(name, config), *bank_, *device_, scratch_);
         stats_.cached_blobs++;
       } catch (const Error& e) {
         fmt::print(stderr, "npullm: warning: ignoring corrupt cache entry ({}); recompiling\n", e.what());
@@ -142,31 +158,19 @@ void LlmRuntime::load_blobs() {
     }
     if (!s->exe) {
       std::vector<uint8_t> bytes = compile_spec(graphs, spec);
-      s->exe = std::make_unique<driver::Executable>(bytes, name, *bank_, *device_);
+      s->exe = std::make_unique<driver::Executable>(bytes, name, *bank_, *device_, scratch_);
       stats_.compiled_blobs++;
       cache.store(name, config, bytes);
     }
-    s->cl = std::make_unique<driver::CommandList>(*s->exe);
-    s->ids.assign(static_cast<size_t>(seq), 0);
-    s->positions.assign(static_cast<size_t>(seq), 0);
-    s->rows.assign(static_cast<size_t>(seq), -1);
-    s->mask.assign(static_cast<size_t>(seq * capacity), kNegInf);
-    s->logits.assign(static_cast<size_t>(seq * hp_.n_vocab), 0.0f);
-    s->cl->bind("positions", s->positions.data(), s->positions.size() * 4);
-    if (spec.kind == BlobSpec::Forward) {
-      s->cl->bind("input_ids", s->ids.data(), s->ids.size() * 4);
-      s->cl->bind("cache_rows", s->rows.data(), s->rows.size() * 4);
-      s->cl->bind("attention_mask", s->mask.data(), s->mask.size() * 4);
-      s->cl->bind("logits", s->logits.data(), s->logits.size() * 4);
-    } else {
-      s->mask.clear();
-      s->logits.clear();
-    }
     return s;
   };
-
   const std::vector<BlobSpec> specs = blob_specs(cfg_);
-  prefill_ = make_slot(specs.front());
+  prefill_ = load_slot(specs.front());
+  for (size_t i = 1; i < specs.size(); ++i) {
+    if (specs[i].name.rfind("prefill-", 0) == 0) prefill_tails_.push_back(load_slot(specs[i]));
+    else if (specs[i].kind == BlobSpec::Rerotate) rerotate_ = load_slot(specs[i]);
+    else generate_.push_back(load_slot(specs[i]));
+  }
 
   // One K/V allocation sized by the prefill blob's state I/Os (capacity C_max); every blob's
   // state of the same name is bound to the front of the same region.
@@ -177,7 +181,30 @@ void LlmRuntime::load_blobs() {
     total += (io.bytes + 63) / 64 * 64;
   }
   kv_ = driver::AlignedBuffer(total);
-  auto bind_state = [&](Slot& s) {
+
+  // Phase 2: record each blob's command list (the first one allocates the arena) and bind its
+  // inputs, outputs and state once.
+  auto record = [&](Slot& s) {
+    const size_t seq = static_cast<size_t>(s.seq);
+    s.cl = std::make_unique<driver::CommandList>(*s.exe);
+    s.positions.assign(seq, 0);
+    s.cl->bind("positions", s.positions.data(), s.positions.size() * 4);
+    // The rerotate blob reads only positions: its slot allocates nothing else (a [ctx, n_vocab]
+    // logits buffer here would be touched at load for nothing).
+    if (s.kind == BlobSpec::Forward) {
+      s.ids.assign(seq, 0);
+      s.rows.assign(seq, -1);
+      s.mask.assign(seq * static_cast<size_t>(s.capacity), kNegInf);
+      s.logits.assign((s.last_row_logits ? 1 : seq) * static_cast<size_t>(hp_.n_vocab), 0.0f);
+      s.cl->bind("input_ids", s.ids.data(), s.ids.size() * 4);
+      s.cl->bind("cache_rows", s.rows.data(), s.rows.size() * 4);
+      s.cl->bind("attention_mask", s.mask.data(), s.mask.size() * 4);
+      s.cl->bind("logits", s.logits.data(), s.logits.size() * 4);
+      if (s.last_row_logits) {
+        s.logit_rows.assign(1, 0);
+        s.cl->bind("logit_rows", s.logit_rows.data(), 4);
+      }
+    }
     for (const blob::IoDesc& io : s.exe->image().ios) {
       if (io.role != blob::IoRole::State) continue;
       auto it = std::find_if(regions_.begin(), regions_.end(), [&](const StateRegion& r) { return r.name == io.name; });
@@ -185,19 +212,11 @@ void LlmRuntime::load_blobs() {
       s.cl->bind(io.name, kv_.data() + it->offset, it->bytes);
     }
   };
-  bind_state(*prefill_);
-  for (size_t i = 1; i < specs.size(); ++i) {
-    if (specs[i].name.rfind("prefill-", 0) == 0) {
-      prefill_tails_.push_back(make_slot(specs[i]));
-      bind_state(*prefill_tails_.back());
-    } else if (specs[i].kind == BlobSpec::Rerotate) {
-      rerotate_ = make_slot(specs[i]);
-      bind_state(*rerotate_);
-    } else {
-      generate_.push_back(make_slot(specs[i]));
-      bind_state(*generate_.back());
-    }
-  }
+  record(*prefill_);
+  for (auto& t : prefill_tails_) record(*t);
+  for (auto& g : generate_) record(*g);
+  record(*rerotate_);
+  stats_.scratch_bytes = static_cast<int64_t>(scratch_->size());
 }
 
 // Fills a slot's inputs for tokens `ids` at positions first_pos.. ; the rest of the slot is padding.
@@ -214,6 +233,7 @@ void LlmRuntime::fill_step(Slot& s, std::span<const int32_t> ids, int64_t first_
     std::fill(m, m + visible, 0.0f);
     std::fill(m + visible, m + C, kNegInf);
   }
+  if (s.last_row_logits) s.logit_rows[0] = static_cast<int32_t>(ids.size()) - 1;  // the last real token
 }
 
 std::span<const float> LlmRuntime::prefill(std::span<const int32_t> ids, std::vector<float>* all_logits) {
@@ -222,6 +242,9 @@ std::span<const float> LlmRuntime::prefill(std::span<const int32_t> ids, std::ve
     fail("prompt of {} tokens does not fit: {} of {} K/V rows are in use", ids.size(), pos_, capacity());
   for (int32_t id : ids)
     if (id < 0 || id >= hp_.n_vocab) fail("token id {} is outside the vocabulary (0..{})", id, hp_.n_vocab - 1);
+  if (all_logits && !cfg_.all_logits)
+    fail("prefill: the logits of every token need a runtime made with RuntimeConfig::all_logits "
+         "(this one's prefill blobs compute the last token's only)");
   const int64_t V = hp_.n_vocab;
   if (all_logits) all_logits->clear();
   int64_t last_n = 0;
@@ -244,7 +267,8 @@ std::span<const float> LlmRuntime::prefill(std::span<const int32_t> ids, std::ve
     last_n = static_cast<int64_t>(n);
     off += n;
   }
-  return {used->logits.data() + (last_n - 1) * V, static_cast<size_t>(V)};
+  const int64_t last_row = used->last_row_logits ? 0 : last_n - 1;
+  return {used->logits.data() + last_row * V, static_cast<size_t>(V)};
 }
 
 void LlmRuntime::shift(int64_t n_keep, int64_t n_discard) {

@@ -1,11 +1,14 @@
 // npuw: runs a dynamic, stateful LLM as fixed-shape blobs.
 //
 // From one model it compiles (or loads from the blob cache)
-//   - a prefill blob: P new tokens at a time (the chunk), attending a state of C_max rows;
+//   - a prefill blob: P new tokens at a time (the chunk), attending a state of C_max rows, that
+//     computes the logits of the run's last real token only (RuntimeConfig::all_logits: of every token);
 //   - generate variants: one token at a time, attending C rows, for each capacity C in the list.
 // It owns one K/V allocation of C_max rows per state variable. Every blob's state I/O is bound to
 // the front of that allocation (a variant of capacity C sees rows [0, C)), so switching variants
 // copies nothing and each token's K/V is written straight into its row by the blob itself.
+// All blobs run on one queue, one at a time, so they also share one scratch arena (the driver's
+// ScratchArena), as big as the largest blob's.
 //
 // Per run it fills the inputs the model graph declares (model/llama_graph.h): token ids, positions,
 // the cache row each token writes, and the additive attention mask. A prompt longer than P is run
@@ -30,6 +33,9 @@ struct RuntimeConfig {
   std::vector<int64_t> variants;       // generate capacities; empty = defaults (see default_variants)
   int64_t max_prompt_len = 1024;       // MAX_PROMPT_LEN
   int64_t min_response_len = 128;      // MIN_RESPONSE_LEN
+  // Prefill blobs compute the logits of every token, so prefill(ids, &all_logits) works. Off (the
+  // default), they compute the last token's only: [1, n_vocab] instead of [P, n_vocab] per run.
+  bool all_logits = false;
   int threads = 0;                     // 0 = all hardware threads
   std::string cache_dir;               // empty = BlobCache::default_dir()
   bool use_cache = true;
@@ -46,6 +52,7 @@ struct RuntimeStats {
   int64_t kv_bytes_copied = 0;         // K/V bytes moved by the runtime itself (only context shifts move any)
   int64_t context_shifts = 0;
   int64_t kv_capacity = 0;             // C_max
+  int64_t scratch_bytes = 0;           // the one scratch arena every blob shares (the largest blob's need)
 };
 
 // Capacities used when none are given: powers of two from 128 up to, and then exactly,
@@ -57,6 +64,7 @@ struct BlobSpec {
   enum Kind { Forward, Rerotate } kind = Forward;  // the model graph, or the context-shift key rotation
   std::string name;
   int64_t seq = 0, capacity = 0;
+  bool last_row_logits = false;      // Forward: logits of one chosen row (input logit_rows), not of all seq
   std::string cache_config() const;  // what the blob cache keys on besides the model
 };
 std::vector<BlobSpec> blob_specs(const RuntimeConfig& cfg);  // cfg.variants must be resolved
@@ -83,7 +91,8 @@ class LlmRuntime {
 
   // Runs `ids` through the prefill blob at the current position (in chunks of P) and returns the
   // logits after the last one (valid until the next call). If `all_logits` is given, it receives
-  // the logits after every token, [ids.size()][n_vocab]. Throws if the state would overflow.
+  // the logits after every token, [ids.size()][n_vocab]; that needs config().all_logits, else it
+  // throws (before running anything). Throws if the state would overflow.
   std::span<const float> prefill(std::span<const int32_t> ids, std::vector<float>* all_logits = nullptr);
   // Runs one token through the smallest generate variant that holds position()+1 rows.
   std::span<const float> decode(int32_t id);
@@ -118,6 +127,7 @@ class LlmRuntime {
   std::vector<StateRegion> regions_;  // one per state variable, C_max rows each
   std::vector<std::unique_ptr<Slot>> generate_;
   driver::AlignedBuffer kv_;
+  std::shared_ptr<driver::ScratchArena> scratch_;  // shared by every blob (they run one at a time on queue_)
   int64_t pos_ = 0;
   RuntimeStats stats_;
 };

@@ -553,12 +553,17 @@ TEST_P(KernelIsa, SwigluMatchesReference) {
     swiglu(g.data(), u.data(), out.data(), 0, n);
     std::vector<float> split(n, -1.0f);
     for (int64_t i = 0; i < n; i += 3) swiglu(g.data(), u.data(), split.data(), i, std::min(n, i + 3));
+    std::vector<float> over_gate = g, over_up = u;  // out may alias either input
+    swiglu(over_gate.data(), u.data(), over_gate.data(), 0, n);
+    swiglu(g.data(), over_up.data(), over_up.data(), 0, n);
     for (int64_t i = 0; i < n; ++i) {
       const double gd = g[i];
       const double want = gd / (1.0 + std::exp(-gd)) * u[i];
       ASSERT_FALSE(std::isnan(out[i])) << i;
       ASSERT_NEAR(out[i], want, 4e-7 * std::fabs(want) + 1e-30) << "n=" << n << " i=" << i << " g=" << g[i];
       ASSERT_TRUE(same_bits(out[i], split[i])) << i;
+      ASSERT_TRUE(same_bits(out[i], over_gate[i])) << i;
+      ASSERT_TRUE(same_bits(out[i], over_up[i])) << i;
     }
   }
 }
@@ -773,6 +778,20 @@ TEST(Kernels, EmbedRowsDequantisesAndZeroesBadIds) {
   std::vector<float> out(8);
   const int32_t id = 0;
   EXPECT_THROW(embed_rows(GgmlType::IQ2_XXS, out.data(), 1, 256, &id, out.data(), 0, 1), Error);
+}
+
+TEST(Kernels, GatherRowsCopiesTheNamedRowsAndZeroesBadIndices) {
+  const int64_t S = 6, R = 37;
+  const std::vector<float> x = randn(S * R, 9);
+  const std::vector<int32_t> idx = {5, 0, 5, -1, 6, 2, 1000};
+  std::vector<float> out(idx.size() * R, -7.0f);
+  gather_rows(x.data(), S, R, idx.data(), out.data(), 0, 3);
+  gather_rows(x.data(), S, R, idx.data(), out.data(), 3, 6);  // row 6 stays as it was
+  for (size_t i = 0; i < idx.size(); ++i)
+    for (int64_t j = 0; j < R; ++j) {
+      const float want = i == 6 ? -7.0f : (idx[i] < 0 || idx[i] >= S) ? 0.0f : x[idx[i] * R + j];
+      ASSERT_TRUE(same_bits(out[i * R + j], want)) << "i=" << i << " j=" << j;
+    }
 }
 
 TEST(Kernels, RmsnormMatchesReferenceInPlace) {

@@ -68,6 +68,163 @@ TEST(Driver, RunRebindAndWaitBothWays) {
   for (int i = 0; i < 1000; ++i) ASSERT_NEAR(out1[i], expected(a[i], b[i]), 1e-5f);  // untouched
 }
 
+// out = silu(silu(a + b) * a + (a + b)) * b over n floats: three intermediates in scratch.
+std::vector<uint8_t> bigger_blob(int64_t n) {
+  ir::Graph g;
+  int a = g.add({.op = Op::Parameter, .name = "a", .shape = {n}, .type = 0, .io_role = ir::IoRole::Input});
+  int b = g.add({.op = Op::Parameter, .name = "b", .shape = {n}, .type = 0, .io_role = ir::IoRole::Input});
+  int s1 = g.add({.op = Op::Add, .name = "s1", .inputs = {a, b}, .shape = {n}, .type = 0});
+  int s2 = g.add({.op = Op::SwiGlu, .name = "s2", .inputs = {s1, a}, .shape = {n}, .type = 0});
+  int s3 = g.add({.op = Op::Add, .name = "s3", .inputs = {s2, s1}, .shape = {n}, .type = 0});
+  int o = g.add({.op = Op::SwiGlu, .name = "act", .inputs = {s3, b}, .shape = {n}, .type = 0});
+  g.add({.op = Op::Result, .name = "out", .inputs = {o}, .shape = {n}, .type = 0});
+  return blob::write_blob(compiler::compile(g, {"bigger", {}}));
+}
+
+// Runs `exe` once on (a, b) with a command list of its own; returns out.
+std::vector<float> run_once(const driver::Executable& exe, driver::Queue& q, const std::vector<float>& a,
+                            const std::vector<float>& b) {
+  driver::CommandList cl(exe);
+  std::vector<float> out(a.size(), -1.0f);
+  cl.bind("a", const_cast<float*>(a.data()), a.size() * 4);
+  cl.bind("b", const_cast<float*>(b.data()), b.size() * 4);
+  cl.bind("out", out.data(), out.size() * 4);
+  q.run(cl);
+  return out;
+}
+
+std::vector<float> ramp(size_t n, float start, float step) {
+  std::vector<float> v(n);
+  for (size_t i = 0; i < n; ++i) v[i] = start + step * static_cast<float>(i);
+  return v;
+}
+
+// Two executables on one arena (sized by the larger), run in turns on one queue, give exactly what
+// each gives with an arena of its own; each overwrites the other's intermediates in between.
+TEST(Driver, ExecutablesSharingOneScratchArenaMatchSeparateArenas) {
+  auto dev = cpu::create_cpu_device(2);
+  NoWeights bank;
+  const auto small_bytes = bigger_blob(1000);
+  const auto big_bytes = bigger_blob(3000);
+  driver::Queue q(*dev);
+  const auto a1 = ramp(1000, -3, 0.01f), b1 = ramp(1000, 0.5f, -0.001f);
+  const auto a2 = ramp(3000, 1, -0.002f), b2 = ramp(3000, -0.7f, 0.0005f);
+
+  driver::Executable small_alone(small_bytes, "small", bank, *dev);
+  driver::Executable big_alone(big_bytes, "bigger", bank, *dev);
+  const uint64_t small_need = small_alone.image().scratch_bytes, big_need = big_alone.image().scratch_bytes;
+  ASSERT_GT(small_need, 0u);
+  ASSERT_GT(big_need, small_need);
+  EXPECT_EQ(small_alone.scratch().size(), small_need);
+  const auto want_small = run_once(small_alone, q, a1, b1);
+  const auto want_big = run_once(big_alone, q, a2, b2);
+
+  auto arena = std::make_shared<driver::ScratchArena>();
+  driver::Executable small(small_bytes, "small", bank, *dev, arena);
+  driver::Executable big(big_bytes, "bigger", bank, *dev, arena);
+  EXPECT_EQ(arena->size(), big_need);  // the largest reservation, not the sum
+  EXPECT_FALSE(arena->committed());
+  driver::CommandList cs(small), cb(big);
+  EXPECT_TRUE(arena->committed());
+  std::vector<float> out_small(1000), out_big(3000);
+  cs.bind("a", const_cast<float*>(a1.data()), 4000);
+  cs.bind("b", const_cast<float*>(b1.data()), 4000);
+  cs.bind("out", out_small.data(), 4000);
+  cb.bind("a", const_cast<float*>(a2.data()), 12000);
+  cb.bind("b", const_cast<float*>(b2.data()), 12000);
+  cb.bind("out", out_big.data(), 12000);
+  for (int round = 0; round < 2; ++round) {
+    std::fill(out_small.begin(), out_small.end(), -1.0f);
+    std::fill(out_big.begin(), out_big.end(), -1.0f);
+    q.run(cs);
+    q.run(cb);
+    for (size_t i = 0; i < out_small.size(); ++i) ASSERT_EQ(out_small[i], want_small[i]) << "round " << round << " i " << i;
+    for (size_t i = 0; i < out_big.size(); ++i) ASSERT_EQ(out_big[i], want_big[i]) << "round " << round << " i " << i;
+  }
+  // Once in use, the arena cannot grow under the command lists already recorded on it; a blob that
+  // fits is still welcome.
+  EXPECT_THROW(driver::Executable(bigger_blob(4000), "biggest", bank, *dev, arena), Error);
+  driver::Executable fits(small_bytes, "small again", bank, *dev, arena);
+  EXPECT_EQ(run_once(fits, q, a1, b1), want_small);
+  EXPECT_EQ(arena->size(), big_need);
+}
+
+// A compiled GatherRows task: out[i] = (x + x)[idx[i]] over rows of 5, through blob, driver and device.
+TEST(Driver, GatherRowsTaskPicksTheIndexedRows) {
+  ir::Graph g;
+  constexpr uint32_t kI32 = 26;
+  int x = g.add({.op = Op::Parameter, .name = "x", .shape = {"seq", 5}, .type = 0, .io_role = ir::IoRole::Input});
+  int idx = g.add({.op = Op::Parameter, .name = "idx", .shape = {"out"}, .type = kI32, .io_role = ir::IoRole::Input});
+  int twice = g.add({.op = Op::Add, .name = "twice", .inputs = {x, x}, .shape = {"seq", 5}, .type = 0});
+  int picked = g.add({.op = Op::GatherRows, .name = "picked", .inputs = {twice, idx}, .shape = {"out", 5}, .type = 0});
+  g.add({.op = Op::Result, .name = "y", .inputs = {picked}, .shape = {"out", 5}, .type = 0});
+  const auto bytes = blob::write_blob(compiler::compile(g, {"gather", {{"seq", 7}, {"out", 3}}}));
+  auto dev = cpu::create_cpu_device(2);
+  NoWeights bank;
+  driver::Executable exe(bytes, "gather", bank, *dev);
+  ASSERT_EQ(exe.io(exe.io_index("y")).shape, (std::vector<int64_t>{3, 5}));
+  const auto xs = ramp(35, -1.0f, 0.25f);
+  std::vector<int32_t> rows = {6, 0, 3};
+  std::vector<float> y(15, -1.0f);
+  driver::CommandList cl(exe);
+  cl.bind("x", const_cast<float*>(xs.data()), 35 * 4);
+  cl.bind("idx", rows.data(), 3 * 4);
+  cl.bind("y", y.data(), 15 * 4);
+  driver::Queue q(*dev);
+  q.run(cl);
+  for (int i = 0; i < 3; ++i)
+    for (int j = 0; j < 5; ++j) ASSERT_EQ(y[i * 5 + j], 2 * xs[rows[i] * 5 + j]) << i << "," << j;
+  // A gather whose output rows do not match its indices is refused by the compiler.
+  ir::Graph bad = g;
+  bad.node(picked).shape = {"seq", 5};
+  bad.nodes().back().shape = {"seq", 5};
+  EXPECT_THROW(compiler::compile(bad, {"bad", {{"seq", 7}, {"out", 3}}}), Error);
+}
+
+// y = silu(a + a) * (b + b) + b. The SwiGlu overwrites its gate (a + a) in place, which saves a
+// buffer, unless something else still needs the gate: here, with `gate_is_output`, a graph output.
+std::vector<uint8_t> swiglu_blob(bool gate_is_output) {
+  ir::Graph g;
+  int a = g.add({.op = Op::Parameter, .name = "a", .shape = {300}, .type = 0, .io_role = ir::IoRole::Input});
+  int b = g.add({.op = Op::Parameter, .name = "b", .shape = {300}, .type = 0, .io_role = ir::IoRole::Input});
+  int gate = g.add({.op = Op::Add, .name = "gate", .inputs = {a, a}, .shape = {300}, .type = 0});
+  int up = g.add({.op = Op::Add, .name = "up", .inputs = {b, b}, .shape = {300}, .type = 0});
+  int act = g.add({.op = Op::SwiGlu, .name = "act", .inputs = {gate, up}, .shape = {300}, .type = 0});
+  int y = g.add({.op = Op::Add, .name = "y", .inputs = {act, b}, .shape = {300}, .type = 0});
+  g.add({.op = Op::Result, .name = "y", .inputs = {y}, .shape = {300}, .type = 0});
+  if (gate_is_output) g.add({.op = Op::Result, .name = "gate_out", .inputs = {gate}, .shape = {300}, .type = 0});
+  return blob::write_blob(compiler::compile(g, {"swiglu", {}}));
+}
+
+TEST(Driver, SwiGluOverwritesItsGateOnlyWhenNothingElseNeedsIt) {
+  auto dev = cpu::create_cpu_device(2);
+  NoWeights bank;
+  driver::Queue q(*dev);
+  const auto a = ramp(300, -2, 0.013f), b = ramp(300, 0.9f, -0.004f);
+  for (bool gate_is_output : {false, true}) {
+    driver::Executable exe(swiglu_blob(gate_is_output), "swiglu", bank, *dev);
+    std::vector<std::string> planned;
+    for (const blob::PlanEntry& e : exe.image().plan) planned.push_back(e.name);
+    // In place: act lives in gate's buffer (one plan entry for both); otherwise act has its own.
+    const std::vector<std::string> want = gate_is_output ? std::vector<std::string>{"up", "act"} : std::vector<std::string>{"gate", "up"};
+    EXPECT_EQ(planned, want);
+    std::vector<float> y(300, -1.0f), gate_out(300, -1.0f);
+    driver::CommandList cl(exe);
+    cl.bind("a", const_cast<float*>(a.data()), 1200);
+    cl.bind("b", const_cast<float*>(b.data()), 1200);
+    cl.bind("y", y.data(), 1200);
+    if (gate_is_output) cl.bind("gate_out", gate_out.data(), 1200);
+    q.run(cl);
+    for (int i = 0; i < 300; ++i) {
+      const float g = a[i] + a[i], u = b[i] + b[i];
+      ASSERT_NEAR(y[i], g / (1.0f + std::exp(-g)) * u + b[i], 1e-5f) << i;
+      if (gate_is_output) {
+        ASSERT_EQ(gate_out[i], g) << i;
+      }
+    }
+  }
+}
+
 TEST(Driver, RefusesSmallBuffersUnknownNamesAndCorruptBlobs) {
   auto dev = cpu::create_cpu_device(1);
   NoWeights bank;

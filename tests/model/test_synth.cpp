@@ -405,6 +405,7 @@ TEST(Synth, TinyModelHasPeakedOutputs) {
   npuw::RuntimeConfig cfg;
   cfg.prefill_chunk = 16;
   cfg.variants = {64};
+  cfg.all_logits = true;
   cfg.threads = 2;
   cfg.use_cache = false;
   npuw::LlmRuntime rt(path, cfg);

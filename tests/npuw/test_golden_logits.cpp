@@ -67,6 +67,7 @@ Golden run_golden(const std::string& json_name, const std::string& model_rel) {
   npuw::RuntimeConfig cfg;
   cfg.prefill_chunk = 64;
   cfg.variants = {128};
+  cfg.all_logits = true;
   cfg.use_cache = false;
   cfg.threads = 2;
   npuw::LlmRuntime rt(test::shared_path(model_rel), cfg);

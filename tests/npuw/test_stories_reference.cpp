@@ -89,6 +89,7 @@ TEST(StoriesReference, LogitsAtPositions0To7MatchWithin1e4) {
     npuw::RuntimeConfig rc;
     rc.prefill_chunk = chunk;
     rc.variants = {64, 512};
+    rc.all_logits = true;
     rc.use_cache = false;
     npuw::LlmRuntime rt(test::shared_path(kModel), rc);
     std::vector<float> all;

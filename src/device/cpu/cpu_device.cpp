@@ -32,6 +32,7 @@ Split split_of(const TaskDesc& t) {
     case OpCode::Rope: return {t.dim[0] * t.dim[1], 8};
     case OpCode::ScatterRows: return {t.dim[0], 8};
     case OpCode::Attention: return {t.dim[0] * t.dim[1], 1};
+    case OpCode::GatherRows: return {t.dim[0], 1};
   }
   return {0, 1};
 }
@@ -72,6 +73,9 @@ void run_chunk(const TaskDesc& t, int64_t b, int64_t e, float* work, const void*
     case OpCode::Attention:
       attention(p<const float>(t, 0), p<const void>(t, 1), ty(t, 1), p<const void>(t, 2), ty(t, 2), p<const float>(t, 3),
                 p<float>(t, 4), t.dim[1], t.dim[2], t.dim[3], t.dim[4], t.fparam[0], b, e, work);
+      break;
+    case OpCode::GatherRows:
+      gather_rows(p<const float>(t, 0), t.dim[2], t.dim[1], p<const int32_t>(t, 1), p<float>(t, 2), b, e);
       break;
   }
 }

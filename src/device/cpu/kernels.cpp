@@ -321,6 +321,15 @@ void embed_rows(GgmlType table_type, const void* table, int64_t V, int64_t D, co
   }
 }
 
+void gather_rows(const float* x, int64_t S, int64_t R, const int32_t* idx, float* out, int64_t i0, int64_t i1) {
+  const size_t row = static_cast<size_t>(R) * sizeof(float);
+  for (int64_t i = i0; i < i1; ++i) {
+    const int64_t s = idx[i];
+    if (s < 0 || s >= S) std::memset(out + i * R, 0, row);
+    else std::memcpy(out + i * R, x + s * R, row);
+  }
+}
+
 void rmsnorm_rows(const float* x, const float* w, float* out, int64_t D, float eps, int64_t s0, int64_t s1) {
   if (D <= 0) return;
   for (int64_t s = s0; s < s1; ++s) {

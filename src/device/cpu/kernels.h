@@ -15,6 +15,10 @@ namespace npullm::cpu {
 void embed_rows(GgmlType table_type, const void* table, int64_t V, int64_t D, const int32_t* ids,
                 float* out, int64_t s0, int64_t s1);
 
+// out[i, :] = x[idx[i], :] for i in [i0, i1); x has S rows of R floats; an index outside [0, S)
+// gives a zero row.
+void gather_rows(const float* x, int64_t S, int64_t R, const int32_t* idx, float* out, int64_t i0, int64_t i1);
+
 // out[s, :] = x[s, :] * w / sqrt(mean(x[s, :]^2) + eps) for rows s in [s0, s1). out may alias x.
 void rmsnorm_rows(const float* x, const float* w, float* out, int64_t D, float eps, int64_t s0, int64_t s1);
 
@@ -48,7 +52,7 @@ void prequantize_x(GgmlType wt, const float* x, int64_t M, int64_t K, void* dst,
 // out[i] = a[i] + b[i] for i in [i0, i1).
 void add(const float* a, const float* b, float* out, int64_t i0, int64_t i1);
 
-// out[i] = silu(gate[i]) * up[i] for i in [i0, i1); silu(x) = x / (1 + exp(-x)).
+// out[i] = silu(gate[i]) * up[i] for i in [i0, i1); silu(x) = x / (1 + exp(-x)). out may alias gate or up.
 void swiglu(const float* gate, const float* up, float* out, int64_t i0, int64_t i1);
 
 // Rotary embedding in place on x viewed as [S, H, hd]; r in [r0, r1) indexes (s, h) = (r / H, r % H).

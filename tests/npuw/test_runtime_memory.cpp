@@ -1,0 +1,40 @@
+// What the runtime keeps resident besides the weights: one K/V allocation and one scratch arena that
+// every blob shares (they run one at a time on one queue), sized by the largest blob, not the sum.
+#include <gtest/gtest.h>
+
+#include <algorithm>
+
+#include "blob/blob_image.h"
+#include "npuw/llm_runtime.h"
+#include "test_util.h"
+
+namespace npullm {
+namespace {
+
+constexpr const char* kModel = "models/llama2c/stories260K.gguf";
+
+npuw::RuntimeConfig memory_config() {
+  npuw::RuntimeConfig cfg;
+  cfg.prefill_chunk = 64;  // ladder 64, 16
+  cfg.variants = {64, 128, 256};
+  cfg.threads = 2;
+  cfg.use_cache = false;
+  return cfg;
+}
+
+TEST(RuntimeMemory, EveryBlobSharesOneScratchArenaSizedByTheLargest) {
+  NPULLM_REQUIRE_SHARED(kModel);
+  const npuw::RuntimeConfig cfg = memory_config();
+  uint64_t largest = 0, sum = 0;
+  for (const auto& [name, bytes] : npuw::compile_blobs(test::shared_path(kModel), cfg)) {
+    const uint64_t need = blob::read_blob(bytes.data(), bytes.size(), name).scratch_bytes;
+    largest = std::max(largest, need);
+    sum += need;
+  }
+  npuw::LlmRuntime rt(test::shared_path(kModel), cfg);
+  EXPECT_EQ(rt.stats().scratch_bytes, static_cast<int64_t>(largest));
+  EXPECT_LT(largest, sum);  // the ladder and the variants would each have had their own
+}
+
+}  // namespace
+}  // namespace npullm
