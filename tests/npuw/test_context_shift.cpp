@@ -22,6 +22,7 @@ struct ShiftCase {
   const char* tokens;  // "stories": llama2.c case A; else a golden JSON with "tokens"
   GgmlType kv;
 };
+void PrintTo(const ShiftCase& c, std::ostream* os) { *os << c.model << " K/V " << ggml_type_name(c.kv); }
 
 std::vector<int32_t> case_tokens(const ShiftCase& c) {
   std::vector<int32_t> tokens;
