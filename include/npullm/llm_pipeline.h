@@ -31,6 +31,11 @@ namespace npullm {
 
 enum class ContextPolicy { Truncate, Shift };
 
+// Element type of the K/V cache. F16 halves the memory of F32 (and is llama.cpp's default); Q8_0
+// (blocks of 32 int8 with an fp16 scale, 34 bytes per 32 values) needs a head size that is a
+// multiple of 32 and is refused otherwise.
+enum class KvType { F16, F32, Q8_0 };
+
 struct PipelineConfig {
   int64_t prefill_chunk = 64;               // tokens per prefill blob run
   std::vector<int64_t> variants;            // generate-variant K/V capacities; empty = defaults
@@ -39,6 +44,7 @@ struct PipelineConfig {
   int threads = 0;                          // 0 = all hardware threads
   std::string cache_dir;                    // blob cache; empty = the default folder
   bool use_cache = true;
+  KvType kv_type = KvType::F16;             // K/V cache element type
   ContextPolicy context_policy = ContextPolicy::Shift;
   int64_t n_keep = -1;                      // Shift: tokens kept at the start; -1 = BOS + system prompt
   std::string chat_template;                // name of a built-in template, a file, or Jinja source;

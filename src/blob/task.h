@@ -23,18 +23,23 @@ enum class OpCode : uint32_t {
   MatMul = 3,
   // out = a + b elementwise.  ptr: 0 a, 1 b, 2 out. dim: 0 count.
   Add = 4,
-  // Rotary embedding, in place on x[s, h, :] for s < S, h < H, at position pos[s].
-  // ptr: 0 x (f32 [S,H,hd]), 1 pos (i32 [S]), 2 freq factors (f32 [n_rot/2]) or 0.
+  // Rotary embedding, in place on x[s, h, :] for s < S, h < H, at position pos[s] (rows at
+  // position 0 are left as they are).
+  // ptr: 0 x (type[0] [S,H,hd]: F32, or F16 / Q8_0 for a K/V state rotated in place, each head row
+  // converted to f32, rotated and converted back; Q8_0 needs hd % 32 == 0), 1 pos (i32 [S]),
+  // 2 freq factors (f32 [n_rot/2]) or 0.
   // dim: 0 S, 1 H, 2 hd, 3 n_rot (<= hd, even). theta_i = pos * freq_scale * base^(-2i/n_rot) / factor_i.
   // fparam: 0 freq_base, 1 freq_scale. iparam 0: 0 = adjacent pairs (GPT-J / llama "normal"),
   // 2 = halves (GPT-NeoX).
   Rope = 5,
   // dst[idx[s], :] = src[s, :] for s < S where 0 <= idx[s] < C; other rows are skipped.
-  // ptr: 0 src (f32 [S,R]), 1 idx (i32 [S]), 2 dst (type[2] in {F32,F16}, [C,R]). dim: 0 S, 1 R, 2 C.
+  // ptr: 0 src (f32 [S,R]), 1 idx (i32 [S]), 2 dst (type[2] in {F32, F16, Q8_0}, [C,R]; Q8_0 rows
+  // are R/32 blocks of 34 bytes quantised as ggml's reference does). dim: 0 S, 1 R, 2 C.
   ScatterRows = 6,
   // Scaled dot-product attention with grouped heads and an additive mask.
   // out[s, h, :] = softmax_t(scale * q[s,h,:].k[t,g,:] + mask[s,t]) . v[t,g,:],  g = h / (H / Hkv).
   // ptr: 0 q (f32 [S,H,hd]), 1 k (type[1] [C,Hkv,hd]), 2 v (type[2] [C,Hkv,hd]), 3 mask (f32 [S,C]),
+  // k / v types: F32, F16 or Q8_0 (hd % 32 == 0: each head is hd/32 whole blocks).
   // 4 out (f32 [S,H,hd]). dim: 0 S, 1 H, 2 Hkv, 3 hd, 4 C. fparam 0 scale.
   // A row whose mask is -inf everywhere gives zeros.
   Attention = 7,

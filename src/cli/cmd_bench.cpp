@@ -141,6 +141,7 @@ int run(BenchOptions& o) {
                         {"weight_bytes_per_token", bytes_per_token},
                         {"prefill_chunk", cfg.prefill_chunk},
                         {"variants", rt.variants()},
+                        {"kv_type", kv_type_option(cfg.kv_type)},
                         {"device", rt.device_name()}};
     fmt::print("{}\n", j.dump());
   } else {

@@ -27,11 +27,16 @@ void add_chat_template(CLI::App& app, Actions& actions);
 struct RuntimeOptions {
   npuw::RuntimeConfig cfg;
   std::string variants;  // "64,128,256"
+  std::string kv_type = "f16";  // --kv-type: f16, f32 or q8_0 (any case)
   bool no_cache = false;
   bool chunk_given = false;  // --prefill-chunk was on the command line
   void add_to(CLI::App* cmd);
-  npuw::RuntimeConfig resolve() const;  // parses `variants`, applies no_cache
+  npuw::RuntimeConfig resolve() const;  // parses `variants` and `kv_type`, applies no_cache
 };
+
+// "f16" / "f32" / "q8_0", in any case, to the GGML type; an npullm::Error naming anything else.
+GgmlType parse_kv_type(const std::string& text);
+const char* kv_type_option(GgmlType t);  // back: "f16", "f32", "q8_0"
 
 // Options of the commands that generate: runtime + sampling + stop rules + context policy.
 struct GenerateOptions {

@@ -1,3 +1,4 @@
+#include <cctype>
 #include <sstream>
 
 #include "cli/commands.h"
@@ -15,11 +16,31 @@ void RuntimeOptions::add_to(CLI::App* cmd) {
   cmd->add_option("-t,--threads", cfg.threads, "worker threads (0 = all)")->capture_default_str();
   cmd->add_option("--cache-dir", cfg.cache_dir, "blob cache folder (default $NPULLM_CACHE_DIR, $XDG_CACHE_HOME/npullm or ~/.cache/npullm)");
   cmd->add_flag("--no-cache", no_cache, "compile every blob and do not touch the cache");
+  cmd->add_option("--kv-type", kv_type, "K/V cache element type: f16, f32 or q8_0 (q8_0 needs a head size that is a multiple of 32)")
+      ->capture_default_str();
+}
+
+GgmlType parse_kv_type(const std::string& text) {
+  std::string low = text;
+  for (char& c : low) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
+  if (low == "f16") return GgmlType::F16;
+  if (low == "f32") return GgmlType::F32;
+  if (low == "q8_0") return GgmlType::Q8_0;
+  fail("--kv-type: '{}' is not a supported K/V cache type (f16, f32 or q8_0)", text);
+}
+
+const char* kv_type_option(GgmlType t) {
+  switch (t) {
+    case GgmlType::F32: return "f32";
+    case GgmlType::Q8_0: return "q8_0";
+    default: return "f16";
+  }
 }
 
 npuw::RuntimeConfig RuntimeOptions::resolve() const {
   npuw::RuntimeConfig out = cfg;
   out.use_cache = !no_cache;
+  out.kv_type = parse_kv_type(kv_type);
   if (!variants.empty()) {
     std::stringstream ss(variants);
     std::string item;

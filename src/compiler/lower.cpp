@@ -27,6 +27,17 @@ uint64_t value_bytes(const ir::Node& n) {
   return ggml_row_bytes(t, elems);
 }
 
+// A block-quantised operand is addressed by rows: each row of `row` elements of `type` must be
+// whole blocks (Q8_0: 32 elements in 34 bytes), or the device could not find a row's bytes.
+void check_whole_blocks(const ir::Node& n, uint32_t type, int64_t row, const char* what) {
+  const auto t = static_cast<GgmlType>(type);
+  if (!ggml_type_known(type)) fail("compiler: {} '{}': {} has unknown type {}", ir::op_name(n.op), n.name, what, type);
+  const int64_t block = ggml_type_traits(t).block_size;
+  if (row % block != 0)
+    fail("compiler: {} '{}': {} rows of {} elements are not whole {} blocks of {}", ir::op_name(n.op), n.name, what, row,
+         ggml_type_name(t), block);
+}
+
 // Union-find over node ids: nodes in one set share one buffer.
 struct AliasSets {
   std::vector<int> parent;
@@ -239,6 +250,11 @@ class Lowering {
           task.dim[0] = ir::num_elements(n.shape);
           break;
         case Op::Rope:
+          // Rope keeps its input's element type (F32, or the type of a state it rotates in place).
+          if (n.type != g_.node(in(0)).type)
+            fail("compiler: Rope '{}' is {} but its input '{}' is {}", n.name, ggml_type_name(static_cast<GgmlType>(n.type)),
+                 g_.node(in(0)).name, ggml_type_name(static_cast<GgmlType>(g_.node(in(0)).type)));
+          check_whole_blocks(n, n.type, ir::num_elements(n.shape) / S / n.heads, "head");
           task.op = static_cast<uint32_t>(OpCode::Rope);
           bind_operand(task, t, 0, id); bind_operand(task, t, 1, in(1)); bind_operand(task, t, 2, in(2));
           task.dim[0] = S; task.dim[1] = n.heads; task.dim[2] = ir::num_elements(n.shape) / S / n.heads; task.dim[3] = n.n_rot;
@@ -253,6 +269,11 @@ class Lowering {
           task.dim[2] = tgt.at(0).value;
           if (ir::num_elements(shape_of(2)) != task.dim[0] * task.dim[1])
             fail("compiler: ScatterRows '{}': source rows do not match target rows", n.name);
+          if (n.type != g_.node(in(0)).type)
+            fail("compiler: ScatterRows '{}' is {} but its target '{}' is {}", n.name,
+                 ggml_type_name(static_cast<GgmlType>(n.type)), g_.node(in(0)).name,
+                 ggml_type_name(static_cast<GgmlType>(g_.node(in(0)).type)));
+          check_whole_blocks(n, n.type, task.dim[1], "target");
           break;
         }
         case Op::Attention: {
@@ -263,6 +284,8 @@ class Lowering {
           task.dim[0] = S; task.dim[1] = n.heads; task.dim[2] = n.kv_heads;
           task.dim[3] = n.shape.at(1).value / n.heads; task.dim[4] = kshape.at(0).value;
           task.fparam[0] = n.scale;
+          check_whole_blocks(n, task.type[1], task.dim[3], "k head");
+          check_whole_blocks(n, task.type[2], task.dim[3], "v head");
           break;
         }
         case Op::GatherRows: {

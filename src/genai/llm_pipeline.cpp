@@ -71,6 +71,12 @@ struct LLMPipeline::Impl {
     rc.threads = c.threads;
     rc.cache_dir = c.cache_dir;
     rc.use_cache = c.use_cache;
+    switch (c.kv_type) {
+      case KvType::F16: rc.kv_type = GgmlType::F16; break;
+      case KvType::F32: rc.kv_type = GgmlType::F32; break;
+      case KvType::Q8_0: rc.kv_type = GgmlType::Q8_0; break;
+      default: fail("PipelineConfig::kv_type {} is not a K/V cache type (F16, F32 or Q8_0)", static_cast<int>(c.kv_type));
+    }
     rt = std::make_unique<npuw::LlmRuntime>(path, rc);
     tok = std::make_unique<genai::Tokenizer>(genai::Vocab::from_gguf(rt->gguf()));
     if (tok->n_vocab() != rt->n_vocab())

@@ -16,7 +16,10 @@ constexpr uint32_t kI32 = static_cast<uint32_t>(GgmlType::I32);
 
 class Builder {
  public:
-  Builder(const HParams& hp, const GgufFile& f) : hp_(hp), f_(f) {}
+  Builder(const HParams& hp, const GgufFile& f, GgmlType kv_type)
+      : hp_(hp), f_(f), kv_type_(static_cast<uint32_t>(kv_type)) {
+    check_kv_type(hp, kv_type);
+  }
 
   // A weights-bank tensor with the expected GGUF dims (ne0 first).
   int weight(const std::string& name, std::vector<int64_t> dims) {
@@ -74,12 +77,14 @@ class Builder {
     return id;
   }
 
-  // ReadValue -> ScatterRows(new rows) -> Assign: the state grows in place by the new rows.
+  // ReadValue -> ScatterRows(new rows) -> Assign: the state grows in place by the new rows, which
+  // the scatter converts from F32 to the state's type.
   int update_state(const std::string& var, int rows, int src) {
     const ir::Shape shape{"ctx", hp_.n_head_kv, hp_.head_dim};
-    g_.variables.push_back(ir::Variable{var, shape, kF32});
-    int past = g_.add(ir::Node{.op = ir::Op::ReadValue, .name = var + ".read", .shape = shape, .type = kF32, .variable = var});
+    g_.variables.push_back(ir::Variable{var, shape, kv_type_});
+    int past = g_.add(ir::Node{.op = ir::Op::ReadValue, .name = var + ".read", .shape = shape, .type = kv_type_, .variable = var});
     int present = op(ir::Op::ScatterRows, var + ".update", {past, rows, src}, shape);
+    g_.node(present).type = kv_type_;
     g_.add(ir::Node{.op = ir::Op::Assign, .name = var + ".assign", .inputs = {present}, .variable = var});
     return present;
   }
@@ -93,10 +98,11 @@ class Builder {
     for (int64_t l = 0; l < hp_.n_layer; ++l) {
       const std::string var = fmt::format("blk.{}.key", l);
       const ir::Shape shape{"ctx", hp_.n_head_kv, hp_.head_dim};
-      g_.variables.push_back(ir::Variable{var, shape, kF32});
-      int past = g_.add(ir::Node{.op = ir::Op::ReadValue, .name = var + ".read", .shape = shape, .type = kF32, .variable = var});
+      g_.variables.push_back(ir::Variable{var, shape, kv_type_});
+      int past = g_.add(ir::Node{.op = ir::Op::ReadValue, .name = var + ".read", .shape = shape, .type = kv_type_, .variable = var});
       int turned = rope(var + ".rerotate", past, deltas, hp_.n_head_kv);
       g_.node(turned).shape = shape;
+      g_.node(turned).type = kv_type_;  // rotated in place in the state's own type
       g_.add(ir::Node{.op = ir::Op::Assign, .name = var + ".assign", .inputs = {turned}, .variable = var});
     }
     return std::move(g_);
@@ -160,17 +166,29 @@ class Builder {
   const GgufFile& f_;
   ir::Graph g_;
   std::set<std::string> used_;
+  const uint32_t kv_type_;
   int rope_factors_ = ir::kNoInput;
 };
 
 }  // namespace
 
-ir::Graph build_llama_graph(const HParams& hp, const GgufFile& weights, const GraphOptions& opt) {
-  return Builder(hp, weights).build(opt);
+void check_kv_type(const HParams& hp, GgmlType kv_type) {
+  if (kv_type != GgmlType::F32 && kv_type != GgmlType::F16 && kv_type != GgmlType::Q8_0) {
+    const uint32_t id = static_cast<uint32_t>(kv_type);
+    fail("K/V cache type {} is not supported (use F16, F32 or Q8_0)",
+         ggml_type_known(id) ? std::string(ggml_type_name(kv_type)) : "with id " + std::to_string(id));
+  }
+  if (kv_type == GgmlType::Q8_0 && hp.head_dim % 32 != 0)
+    fail("K/V cache type Q8_0 needs a head size that is a multiple of 32 (its block size), but this model's is {}; "
+         "use F16 or F32", hp.head_dim);
 }
 
-ir::Graph build_rerotate_graph(const HParams& hp, const GgufFile& weights) {
-  return Builder(hp, weights).build_rerotate();
+ir::Graph build_llama_graph(const HParams& hp, const GgufFile& weights, GgmlType kv_type, const GraphOptions& opt) {
+  return Builder(hp, weights, kv_type).build(opt);
+}
+
+ir::Graph build_rerotate_graph(const HParams& hp, const GgufFile& weights, GgmlType kv_type) {
+  return Builder(hp, weights, kv_type).build_rerotate();
 }
 
 }  // namespace npullm::model

@@ -7,7 +7,8 @@
 //   cache_rows      i32 [seq]        row of the K/V state each token's K/V is written to (-1: none)
 //   attention_mask  f32 [seq, ctx]   additive: 0 where token s may attend row t, -inf elsewhere
 //   logit_rows      i32 [out]        only with GraphOptions::logit_rows: the rows whose logits are computed
-// State variables: "blk.<l>.key" and "blk.<l>.value", f32 [ctx, n_head_kv, head_dim].
+// State variables: "blk.<l>.key" and "blk.<l>.value", [ctx, n_head_kv, head_dim] of the K/V type
+// (F32, F16 or Q8_0; Q8_0 needs head_dim to be a multiple of its block of 32).
 // Output: logits f32 [seq, n_vocab], or [out, n_vocab] with GraphOptions::logit_rows.
 //
 // Per layer (pre-norm):   h = rmsnorm(x) ; q,k,v = h Wq, h Wk, h Wv ; rope(q), rope(k)
@@ -16,6 +17,7 @@
 //                         x = x + (silu(rmsnorm(x) Wg) * (rmsnorm(x) Wu)) Wd
 // Then:                   logits = rmsnorm(x) Wout             (x = gather(x, logit_rows) first, if asked)
 #pragma once
+#include "formats/ggml_types.h"
 #include "ir/graph.h"
 #include "model/hparams.h"
 
@@ -33,12 +35,16 @@ struct GraphOptions {
   bool logit_rows = false;
 };
 
+// Checks that `kv_type` can hold this model's K/V state (F32, F16, or Q8_0 when head_dim is a
+// multiple of 32); an npullm::Error naming the type otherwise.
+void check_kv_type(const HParams& hp, GgmlType kv_type);
+
 // The weights' types and shapes are taken from `weights` (and checked against `hp`); a missing
-// or misshapen tensor is an npullm::Error naming it.
-ir::Graph build_llama_graph(const HParams& hp, const GgufFile& weights, const GraphOptions& opt = {});
+// or misshapen tensor is an npullm::Error naming it. kv_type: the element type of the K/V state.
+ir::Graph build_llama_graph(const HParams& hp, const GgufFile& weights, GgmlType kv_type, const GraphOptions& opt = {});
 
 // The key re-rotation used by a context shift: input positions i32 [ctx] (the position delta of
-// each row; 0 leaves a row as it is), state "blk.<l>.key" rotated in place. No outputs.
-ir::Graph build_rerotate_graph(const HParams& hp, const GgufFile& weights);
+// each row; 0 leaves a row as it is), state "blk.<l>.key" (of kv_type) rotated in place. No outputs.
+ir::Graph build_rerotate_graph(const HParams& hp, const GgufFile& weights, GgmlType kv_type);
 
 }  // namespace npullm::model

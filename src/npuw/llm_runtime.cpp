@@ -8,6 +8,7 @@
 #include "common/error.h"
 #include "compiler/compiler.h"
 #include "device/cpu/cpu_device.h"
+#include "formats/ggml_types.h"
 #include "model/llama_graph.h"
 #include "npuw/blob_cache.h"
 #include "npuw/weights_bank.h"
@@ -28,21 +29,22 @@ std::vector<int64_t> default_variants(int64_t max_prompt_len, int64_t min_respon
 
 std::string BlobSpec::cache_config() const {
   return std::string(compiler::kCompilerVersion) + " " + name + " seq=" + std::to_string(seq) + " ctx=" + std::to_string(capacity) +
-         (last_row_logits ? " logits=last" : "");
+         (last_row_logits ? " logits=last" : "") + " kv=" + std::string(ggml_type_name(kv_type));
 }
 
 std::vector<BlobSpec> blob_specs(const RuntimeConfig& cfg) {
   // Prefill blobs compute the logits of the last real token of a run only, unless every row's
   // logits are asked for (cfg.all_logits). Generate blobs have one row anyway.
   const bool last = !cfg.all_logits;
-  std::vector<BlobSpec> out{{BlobSpec::Forward, "prefill", cfg.prefill_chunk, cfg.variants.back(), last}};
+  const GgmlType kv = cfg.kv_type;
+  std::vector<BlobSpec> out{{BlobSpec::Forward, "prefill", cfg.prefill_chunk, cfg.variants.back(), last, kv}};
   // Smaller prefill blobs for the tail of a prompt (P/4, P/16, ... down to 8 tokens), so a short
   // prompt or the last chunk of a long one computes little padding.
   if (cfg.prefill_ladder)
     for (int64_t p = cfg.prefill_chunk / 4; p >= 8; p /= 4)
-      out.push_back({BlobSpec::Forward, "prefill-" + std::to_string(p), p, cfg.variants.back(), last});
-  for (int64_t c : cfg.variants) out.push_back({BlobSpec::Forward, "generate-" + std::to_string(c), 1, c});
-  out.push_back({BlobSpec::Rerotate, "rerotate", cfg.variants.back(), cfg.variants.back()});
+      out.push_back({BlobSpec::Forward, "prefill-" + std::to_string(p), p, cfg.variants.back(), last, kv});
+  for (int64_t c : cfg.variants) out.push_back({BlobSpec::Forward, "generate-" + std::to_string(c), 1, c, false, kv});
+  out.push_back({BlobSpec::Rerotate, "rerotate", cfg.variants.back(), cfg.variants.back(), false, kv});
   return out;
 }
 
@@ -57,20 +59,22 @@ void resolve_config(RuntimeConfig& cfg, const model::HParams& hp) {
   if (cfg.variants.front() < 1) fail("generate variant capacities must be at least 1");
   if (cfg.variants.back() > hp.n_ctx_train)
     fail("generate variant capacity {} exceeds the model's context length {}", cfg.variants.back(), hp.n_ctx_train);
+  model::check_kv_type(hp, cfg.kv_type);
 }
 
 // The graphs a model needs (forward with every row's logits or chosen rows', rerotate), built on first use.
 struct Graphs {
   const model::HParams& hp;
   const GgufFile& f;
+  GgmlType kv_type;
   std::unique_ptr<ir::Graph> forward, forward_rows, rerotate;
   const ir::Graph& get(const BlobSpec& spec) {
     if (spec.kind == BlobSpec::Rerotate) {
-      if (!rerotate) rerotate = std::make_unique<ir::Graph>(model::build_rerotate_graph(hp, f));
+      if (!rerotate) rerotate = std::make_unique<ir::Graph>(model::build_rerotate_graph(hp, f, kv_type));
       return *rerotate;
     }
     auto& g = spec.last_row_logits ? forward_rows : forward;
-    if (!g) g = std::make_unique<ir::Graph>(model::build_llama_graph(hp, f, {.logit_rows = spec.last_row_logits}));
+    if (!g) g = std::make_unique<ir::Graph>(model::build_llama_graph(hp, f, kv_type, {.logit_rows = spec.last_row_logits}));
     return *g;
   }
 };
@@ -87,7 +91,7 @@ std::vector<std::pair<std::string, std::vector<uint8_t>>> compile_blobs(const st
   auto f = GgufFile::open(model_path);
   const model::HParams hp = model::HParams::from_gguf(*f);
   resolve_config(cfg, hp);
-  Graphs graphs{hp, *f, nullptr, nullptr, nullptr};
+  Graphs graphs{hp, *f, cfg.kv_type, nullptr, nullptr, nullptr};
   std::vector<std::pair<std::string, std::vector<uint8_t>>> out;
   for (const BlobSpec& spec : blob_specs(cfg)) out.emplace_back(spec.name, compile_spec(graphs, spec));
   return out;
@@ -131,7 +135,7 @@ void LlmRuntime::load_blobs() {
   const uint64_t header[2] = {hash_bytes(gguf_->file_data(), static_cast<size_t>(gguf_->data_offset())), gguf_->file_size()};
   const uint64_t model_hash = hash_bytes(header, sizeof header);
   BlobCache cache(cache_dir, model_hash);
-  Graphs graphs{hp_, *gguf_, nullptr, nullptr, nullptr};  // built only if something must be compiled
+  Graphs graphs{hp_, *gguf_, cfg_.kv_type, nullptr, nullptr, nullptr};  // built only if something must be compiled
 
   // Every blob runs on the one queue, one at a time, so all of them share one scratch arena, as big
   // as the largest blob needs (driver.h: blobs that share an arena must never be in flight together).
@@ -174,11 +178,20 @@ void LlmRuntime::load_blobs() {
 
   // One K/V allocation sized by the prefill blob's state I/Os (capacity C_max); every blob's
   // state of the same name is bound to the front of the same region.
+  // Sizes come from the blob, so they follow the K/V type (F32 4, F16 2, Q8_0 34/32 bytes an element).
   size_t total = 0;
   for (const blob::IoDesc& io : prefill_->exe->image().ios) {
     if (io.role != blob::IoRole::State) continue;
-    regions_.push_back({io.name, total, io.bytes});
+    const auto type = static_cast<GgmlType>(io.type);
+    if (type != cfg_.kv_type)
+      fail("blob 'prefill': state '{}' is {}, but the K/V type is {}", io.name, ggml_type_name(type), ggml_type_name(cfg_.kv_type));
+    if (io.shape.empty() || io.shape[0] != capacity() || io.bytes % static_cast<uint64_t>(capacity()) != 0)
+      fail("blob 'prefill': state '{}' is not {} whole rows", io.name, capacity());
+    int64_t row_elems = 1;
+    for (size_t d = 1; d < io.shape.size(); ++d) row_elems *= io.shape[d];
+    regions_.push_back({io.name, type, row_elems, total, io.bytes});
     total += (io.bytes + 63) / 64 * 64;
+    stats_.kv_row_bytes += static_cast<int64_t>(io.bytes) / capacity();
   }
   kv_ = driver::AlignedBuffer(total);
 
@@ -209,6 +222,9 @@ void LlmRuntime::load_blobs() {
       if (io.role != blob::IoRole::State) continue;
       auto it = std::find_if(regions_.begin(), regions_.end(), [&](const StateRegion& r) { return r.name == io.name; });
       if (it == regions_.end()) fail("blob '{}' has state '{}' that the prefill blob lacks", s.name, io.name);
+      if (static_cast<GgmlType>(io.type) != it->type)
+        fail("blob '{}': state '{}' is {} but the K/V allocation holds {}", s.name, io.name,
+             ggml_type_name(static_cast<GgmlType>(io.type)), ggml_type_name(it->type));
       s.cl->bind(io.name, kv_.data() + it->offset, it->bytes);
     }
   };
@@ -301,9 +317,10 @@ std::vector<std::string> LlmRuntime::state_names() const {
 std::vector<float> LlmRuntime::get_state(const std::string& name) const {
   for (const StateRegion& r : regions_) {
     if (r.name != name) continue;
-    const size_t row = r.bytes / static_cast<size_t>(capacity());
-    std::vector<float> out(static_cast<size_t>(pos_) * row / sizeof(float));
-    std::memcpy(out.data(), kv_.data() + r.offset, out.size() * sizeof(float));
+    // Rows are whole blocks (the compiler checks it), so the first pos_ rows convert as one run.
+    const int64_t elems = pos_ * r.row_elems;
+    std::vector<float> out(static_cast<size_t>(elems));
+    dequantize_row(r.type, kv_.data() + r.offset, out.data(), elems);
     return out;
   }
   fail("no state variable named '{}'", name);

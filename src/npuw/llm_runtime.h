@@ -39,6 +39,9 @@ struct RuntimeConfig {
   int threads = 0;                     // 0 = all hardware threads
   std::string cache_dir;               // empty = BlobCache::default_dir()
   bool use_cache = true;
+  // Element type of the K/V state: F16 (default, as llama.cpp), F32, or Q8_0 (blocks of 32 along
+  // each head: the model's head size must be a multiple of 32). Anything else is refused.
+  GgmlType kv_type = GgmlType::F16;
 };
 
 struct RuntimeStats {
@@ -53,6 +56,7 @@ struct RuntimeStats {
   int64_t context_shifts = 0;
   int64_t kv_capacity = 0;             // C_max
   int64_t scratch_bytes = 0;           // the one scratch arena every blob shares (the largest blob's need)
+  int64_t kv_row_bytes = 0;            // bytes one position takes in all state variables together
 };
 
 // Capacities used when none are given: powers of two from 128 up to, and then exactly,
@@ -65,6 +69,7 @@ struct BlobSpec {
   std::string name;
   int64_t seq = 0, capacity = 0;
   bool last_row_logits = false;      // Forward: logits of one chosen row (input logit_rows), not of all seq
+  GgmlType kv_type = GgmlType::F16;
   std::string cache_config() const;  // what the blob cache keys on besides the model
 };
 std::vector<BlobSpec> blob_specs(const RuntimeConfig& cfg);  // cfg.variants must be resolved
@@ -104,7 +109,7 @@ class LlmRuntime {
   void shift(int64_t n_keep, int64_t n_discard);
 
   // Variable state access (DESIGN rule 4): the names of the state variables, and a copy of the
-  // first position() rows of one of them (row-major, F32).
+  // first position() rows of one of them (row-major, converted to F32 whatever the K/V type).
   std::vector<std::string> state_names() const;
   std::vector<float> get_state(const std::string& name) const;
 
@@ -123,7 +128,12 @@ class LlmRuntime {
   std::unique_ptr<Slot> prefill_;                     // P tokens
   std::vector<std::unique_ptr<Slot>> prefill_tails_;  // P/4, P/16, ... tokens
   std::unique_ptr<Slot> rerotate_;
-  struct StateRegion { std::string name; size_t offset = 0, bytes = 0; };
+  struct StateRegion {
+    std::string name;
+    GgmlType type = GgmlType::F32;
+    int64_t row_elems = 0;        // elements of one row (position)
+    size_t offset = 0, bytes = 0;  // of C_max rows in kv_
+  };
   std::vector<StateRegion> regions_;  // one per state variable, C_max rows each
   std::vector<std::unique_ptr<Slot>> generate_;
   driver::AlignedBuffer kv_;

@@ -146,6 +146,57 @@ TEST(Cli, BadInputGetsClearErrors) {
   EXPECT_NE(too_big.err.find("context length"), std::string::npos) << too_big.err;
 }
 
+TEST(Cli, KvTypeOptionOnEveryRuntimeCommand) {
+  for (const char* cmd : {"run", "chat", "bench", "compile", "logits"}) {
+    Proc h = sh(npullm() + " " + cmd + " --help");
+    EXPECT_EQ(h.rc, 0) << cmd;
+    EXPECT_NE(h.out.find("--kv-type"), std::string::npos) << cmd << " --help lacks --kv-type";
+  }
+  NPULLM_REQUIRE_SHARED(kModel);
+  NPULLM_REQUIRE_SHARED(kReference);
+  const std::string m = " -m " + test::shared_path(kModel);
+  // Upper case is accepted too; F32 and F16 both give llama2.c's greedy ids.
+  const auto ref = nlohmann::json::parse(test::read_file(test::shared_path(kReference)));
+  const auto want = ref["cases"][0]["next_ids"].get<std::vector<int32_t>>();
+  for (const char* kv : {"F32", "f16"}) {
+    Proc r = sh(npullm() + " run" + m + " -p 'Once upon a time' -n 60 --temp 0 --json --no-cache --kv-type " + kv);
+    ASSERT_EQ(r.rc, 0) << kv << ": " << r.err;
+    const auto j = nlohmann::json::parse(r.out);
+    auto seq = j["prompt_ids"].get<std::vector<int32_t>>();
+    seq.erase(seq.begin());
+    for (int32_t id : j["ids"].get<std::vector<int32_t>>()) seq.push_back(id);
+    seq.resize(60);
+    EXPECT_EQ(seq, std::vector<int32_t>(want.begin(), want.begin() + 60)) << kv;
+  }
+  // Anything else is refused by name; Q8_0 needs a head size that is a multiple of 32 (this one's is 8).
+  Proc q4 = sh(npullm() + " run" + m + " -p hi --no-cache --kv-type q4_0");
+  EXPECT_EQ(q4.rc, 1);
+  EXPECT_NE(q4.err.find("--kv-type: 'q4_0'"), std::string::npos) << q4.err;
+  Proc q8 = sh(npullm() + " logits" + m + " --tokens 1,2 --no-cache --kv-type Q8_0 --out /dev/null");
+  EXPECT_EQ(q8.rc, 1);
+  EXPECT_NE(q8.err.find("Q8_0 needs a head size that is a multiple of 32"), std::string::npos) << q8.err;
+  // bench reports the type in its JSON.
+  Proc b = sh(npullm() + " bench" + m + " -p 8 -n 4 -r 1 --ttft-prompt 0 --json --no-cache --kv-type f32");
+  ASSERT_EQ(b.rc, 0) << b.err;
+  EXPECT_EQ(nlohmann::json::parse(b.out)["kv_type"], "f32");
+  // compile: the state I/O of the blobs has the chosen type.
+  const fs::path out = fresh_dir("kvblobs");
+  Proc c = sh(npullm() + " compile" + m + " --variants 64 --prefill-chunk 16 --kv-type f32 --out " + out.string());
+  ASSERT_EQ(c.rc, 0) << c.err;
+  Proc i32 = sh(npullm() + " inspect " + (out / "generate-64.blob").string());
+  Proc c16 = sh(npullm() + " compile" + m + " --variants 64 --prefill-chunk 16 --out " + out.string());
+  ASSERT_EQ(c16.rc, 0) << c16.err;
+  Proc i16 = sh(npullm() + " inspect " + (out / "generate-64.blob").string());
+  auto key_line = [](const std::string& text) {
+    const size_t at = text.find("blk.0.key ");
+    return at == std::string::npos ? std::string() : text.substr(at, text.find('\n', at) - at);
+  };
+  // GGML type ids: F32 = 0, F16 = 1; 64 rows x 4 heads x 8.
+  EXPECT_NE(key_line(i32.out).find("type 0   [64,4,8] 8192 bytes"), std::string::npos) << key_line(i32.out);
+  EXPECT_NE(key_line(i16.out).find("type 1   [64,4,8] 4096 bytes"), std::string::npos) << key_line(i16.out);
+  fs::remove_all(out);
+}
+
 }  // namespace
 }  // namespace npullm
 

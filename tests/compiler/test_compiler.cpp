@@ -1,6 +1,7 @@
 // Compiler passes: static reshape, lift-state, memory planning by liveness, stage scheduling.
 #include <gtest/gtest.h>
 
+#include <map>
 #include <random>
 
 #include "common/error.h"
@@ -59,6 +60,45 @@ TEST(Compiler, LiftStateInPlaceUpdateBecomesOneStateIo) {
   EXPECT_EQ(state_ios, 1);
 }
 
+// x [seq, width] scattered into state "s" [ctx, width] of type `state` (the scatter node has type
+// `scatter`), then read by y = x + x so the graph has an output.
+ir::Graph typed_state_graph(int64_t width, uint32_t state, uint32_t scatter) {
+  ir::Graph g;
+  int x = g.add({.op = Op::Parameter, .name = "x", .shape = {"seq", width}, .type = kF32, .io_role = ir::IoRole::Input});
+  int rows = g.add({.op = Op::Parameter, .name = "rows", .shape = {"seq"}, .type = kI32, .io_role = ir::IoRole::Input});
+  g.variables.push_back({"s", {"ctx", width}, state});
+  int r = g.add({.op = Op::ReadValue, .name = "s.read", .shape = {"ctx", width}, .type = state, .variable = "s"});
+  int upd = g.add({.op = Op::ScatterRows, .name = "s.upd", .inputs = {r, rows, x}, .shape = {"ctx", width}, .type = scatter});
+  g.add({.op = Op::Assign, .name = "s.assign", .inputs = {upd}, .variable = "s"});
+  int y = g.add({.op = Op::Add, .name = "y", .inputs = {x, x}, .shape = {"seq", width}, .type = kF32});
+  g.add({.op = Op::Result, .name = "y", .inputs = {y}, .shape = {"seq", width}, .type = kF32});
+  return g;
+}
+
+TEST(Compiler, StateBytesFollowTheStateTypeAndRowsMustBeWholeBlocks) {
+  constexpr uint32_t kF16 = 1, kQ8_0 = 8;
+  const std::map<std::string, int64_t> sym{{"seq", 2}, {"ctx", 8}};
+  for (auto [type, bytes] : {std::pair{kF32, 8u * 64 * 4}, {kF16, 8u * 64 * 2}, {kQ8_0, 8u * 2 * 34}}) {
+    blob::BlobImage img = compiler::compile(typed_state_graph(64, type, type), {"t", sym});
+    for (const auto& io : img.ios)
+      if (io.role == blob::IoRole::State) {
+        EXPECT_EQ(io.type, type);
+        EXPECT_EQ(io.bytes, bytes) << type;
+      }
+    ASSERT_EQ(img.tasks.at(0).op, uint32_t(blob::OpCode::ScatterRows));
+    EXPECT_EQ(img.tasks.at(0).type[2], type);
+  }
+  // Rows of 48 are not whole Q8_0 blocks (although the whole 8 x 48 state is).
+  try {
+    compiler::compile(typed_state_graph(48, kQ8_0, kQ8_0), {"t", sym});
+    ADD_FAILURE() << "Q8_0 rows of 48 accepted";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("not whole Q8_0 blocks"), std::string::npos) << e.what();
+  }
+  // A scatter that would write another type than the state holds.
+  EXPECT_THROW(compiler::compile(typed_state_graph(64, kQ8_0, kF16), {"t", sym}), Error);
+}
+
 TEST(Compiler, LiftStateOtherwiseMakesPastInputAndPresentOutput) {
   ir::Graph g = compiler::lift_state(compiler::static_reshape(state_graph(false), {{"seq", 2}, {"ctx", 8}}));
   bool past = false, present = false;
@@ -108,7 +148,7 @@ TEST(Compiler, LlamaBlobHasStagesBarriersAndStateIo) {
   NPULLM_REQUIRE_SHARED("models/llama2c/stories260K.gguf");
   auto f = GgufFile::open(test::shared_path("models/llama2c/stories260K.gguf"));
   const auto hp = model::HParams::from_gguf(*f);
-  const ir::Graph g = model::build_llama_graph(hp, *f);
+  const ir::Graph g = model::build_llama_graph(hp, *f, GgmlType::F16);
   const blob::BlobImage img = compiler::compile(g, {"generate", {{"seq", 1}, {"ctx", 64}}});
   // Tasks are sorted by stage and the barrier counts add up to the tasks of each stage.
   std::vector<uint32_t> count(img.barriers.size(), 0);
@@ -128,6 +168,66 @@ TEST(Compiler, LlamaBlobHasStagesBarriersAndStateIo) {
   EXPECT_EQ(states, 2 * hp.n_layer);
   // Weights are referenced, never embedded: the blob names each tensor once.
   EXPECT_EQ(img.weights.size(), f->tensors().size());
+}
+
+// The K/V type reaches every place that touches the state: the State I/O's type and byte size,
+// the ScatterRows destination, Attention's K/V operands, and the in-place Rope of the rerotate graph.
+TEST(Compiler, StateBuffersAndOperandTypesFollowTheKvType) {
+  NPULLM_REQUIRE_SHARED("golden/llama-spm.Q8_0.gguf");  // head size 32, so Q8_0 is possible
+  auto f = GgufFile::open(test::shared_path("golden/llama-spm.Q8_0.gguf"));
+  const auto hp = model::HParams::from_gguf(*f);
+  ASSERT_EQ(hp.head_dim, 32);
+  for (GgmlType kv : {GgmlType::F32, GgmlType::F16, GgmlType::Q8_0}) {
+    SCOPED_TRACE(ggml_type_name(kv));
+    const uint32_t t = static_cast<uint32_t>(kv);
+    const int64_t ctx = 48;
+    const uint64_t want_bytes = ggml_row_bytes(kv, ctx * hp.n_head_kv * hp.head_dim);  // Q8_0: 34 bytes / 32 values
+    const blob::BlobImage img = compiler::compile(model::build_llama_graph(hp, *f, kv), {"p", {{"seq", 5}, {"ctx", ctx}}});
+    int states = 0;
+    for (const auto& io : img.ios)
+      if (io.role == blob::IoRole::State) {
+        ++states;
+        EXPECT_EQ(io.type, t) << io.name;
+        EXPECT_EQ(io.bytes, want_bytes) << io.name;
+      }
+    EXPECT_EQ(states, 2 * hp.n_layer);
+    int scatters = 0, attentions = 0;
+    for (const auto& task : img.tasks) {
+      if (task.op == uint32_t(blob::OpCode::ScatterRows)) {
+        ++scatters;
+        EXPECT_EQ(task.type[0], 0u);  // F32 source rows
+        EXPECT_EQ(task.type[2], t);
+      } else if (task.op == uint32_t(blob::OpCode::Attention)) {
+        ++attentions;
+        EXPECT_EQ(task.type[0], 0u);
+        EXPECT_EQ(task.type[1], t);
+        EXPECT_EQ(task.type[2], t);
+      } else if (task.op == uint32_t(blob::OpCode::Rope)) {
+        EXPECT_EQ(task.type[0], 0u);  // q / k of the new tokens stay F32
+      }
+    }
+    EXPECT_EQ(scatters, 2 * hp.n_layer);
+    EXPECT_EQ(attentions, hp.n_layer);
+
+    const blob::BlobImage rot = compiler::compile(model::build_rerotate_graph(hp, *f, kv), {"r", {{"ctx", ctx}}});
+    int ropes = 0;
+    for (const auto& task : rot.tasks) {
+      ASSERT_EQ(task.op, uint32_t(blob::OpCode::Rope));
+      EXPECT_EQ(task.type[0], t);
+      ++ropes;
+    }
+    EXPECT_EQ(ropes, hp.n_layer);
+    for (const auto& io : rot.ios) {
+      if (io.role == blob::IoRole::State) EXPECT_EQ(io.bytes, want_bytes) << io.name;
+    }
+  }
+  // Q8_0 blocks cannot straddle heads: a head size that is not a multiple of 32 is refused.
+  NPULLM_REQUIRE_SHARED("models/llama2c/stories260K.gguf");
+  auto s = GgufFile::open(test::shared_path("models/llama2c/stories260K.gguf"));
+  const auto shp = model::HParams::from_gguf(*s);
+  EXPECT_THROW(model::build_llama_graph(shp, *s, GgmlType::Q8_0), Error);
+  EXPECT_THROW(model::build_rerotate_graph(shp, *s, GgmlType::Q8_0), Error);
+  EXPECT_THROW(model::build_llama_graph(shp, *s, GgmlType::Q4_0), Error);
 }
 
 }  // namespace

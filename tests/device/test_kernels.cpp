@@ -675,6 +675,216 @@ TEST_P(KernelIsa, AttentionWithoutMaskAndEmptyCache) {
   for (float f : zeros) ASSERT_EQ(f, 0.0f);
 }
 
+// ---- K/V cache types (F32, F16, Q8_0) against F32 -------------------------------------------
+//
+// A value x stored in the cache comes back as x + e with, by the type's precision:
+//   F32   e = 0;
+//   F16   |e| <= 2^-11 |x| + 2^-25 (half an ulp of an 11-bit significand; 2^-25 is half the
+//         smallest subnormal step);
+//   Q8_0  |e| <= 0.57 d per block of 32, d = amax / 127: q = round(x / d) is off by at most d / 2,
+//         and d itself is stored as fp16, which moves q * d by at most 127 * d * 2^-11 = 0.062 d.
+// So these tests bound the error of each kernel against an F32 computation on the original values
+// from that per-element bound, not from what the kernel happened to produce.
+
+// Per-element bound on |stored - x| for a row of values x stored as type t (rows of whole blocks).
+std::vector<double> storage_error_bound(GgmlType t, const std::vector<float>& x) {
+  std::vector<double> e(x.size(), 0.0);
+  if (t == GgmlType::F16) {
+    for (size_t i = 0; i < x.size(); ++i) e[i] = std::ldexp(std::fabs(double(x[i])), -11) + std::ldexp(1.0, -25);
+  } else if (t == GgmlType::Q8_0) {
+    for (size_t b = 0; b < x.size(); b += 32) {
+      double amax = 0.0;
+      for (size_t j = b; j < b + 32; ++j) amax = std::max(amax, std::fabs(double(x[j])));
+      for (size_t j = b; j < b + 32; ++j) e[j] = 0.57 * amax / 127.0;
+    }
+  }
+  return e;
+}
+
+const GgmlType kKvTypes[] = {GgmlType::F32, GgmlType::F16, GgmlType::Q8_0};
+
+TEST_P(KernelIsa, AttentionReadsEveryKvTypeWithinItsPrecision) {
+  struct Shape { int64_t S, H, Hkv, hd, C; };
+  const Shape shapes[] = {{1, 2, 2, 32, 1}, {3, 8, 2, 32, 19}, {2, 6, 3, 64, 37}, {4, 4, 1, 128, 70}};
+  uint32_t seed = 4000;
+  for (const Shape& sh : shapes)
+    for (GgmlType kt : kKvTypes)
+      for (GgmlType vt : kKvTypes) {
+        SCOPED_TRACE("hd=" + std::to_string(sh.hd) + " C=" + std::to_string(sh.C) + " k=" + std::string(ggml_type_name(kt)) +
+                     " v=" + std::string(ggml_type_name(vt)));
+        // The F32 problem first (its kf / vf are the original values), then the same values
+        // stored as kt / vt.
+        const AttnProblem exact = make_attention(sh.S, sh.H, sh.Hkv, sh.hd, sh.C, GgmlType::F32, GgmlType::F32, seed += 3);
+        AttnProblem p = make_attention(sh.S, sh.H, sh.Hkv, sh.hd, sh.C, kt, vt, seed);
+        const float scale = 1.0f / std::sqrt(float(sh.hd));
+        const int64_t R = sh.S * sh.H;
+        const std::vector<float> got = run_attention(p, scale, {0, R});
+
+        // 1. The kernel reads the stored values exactly: it matches the double reference on the
+        //    dequantised cache as tightly as the F32 kernel does.
+        const std::vector<double> on_stored = reference_attention(p, scale);
+        for (size_t i = 0; i < got.size(); ++i) ASSERT_NEAR(got[i], on_stored[i], 2e-5) << "element " << i;
+
+        // 2. Against F32 on the original values, within what the storage error allows: a score
+        //    moves by at most D = scale * sum_i |q_i| e_k[i], so every softmax weight changes by
+        //    a factor within e^(+-2D) and the weights by at most e^(2D) - 1 in total; the output
+        //    moves by at most (e^(2D) - 1) max_t |v_t| + max_t e_v[t] (plus float rounding).
+        const std::vector<double> want = reference_attention(exact, scale);
+        const std::vector<double> ek = storage_error_bound(kt, exact.kf), ev = storage_error_bound(vt, exact.vf);
+        const int64_t group = sh.H / sh.Hkv;
+        for (int64_t s = 0; s < sh.S; ++s)
+          for (int64_t h = 0; h < sh.H; ++h) {
+            const int64_t g = h / group;
+            double D = 0.0;
+            for (int64_t t = 0; t < sh.C; ++t) {
+              double d = 0.0;
+              for (int64_t i = 0; i < sh.hd; ++i)
+                d += std::fabs(double(exact.q[(s * sh.H + h) * sh.hd + i])) * ek[(t * sh.Hkv + g) * sh.hd + i];
+              D = std::max(D, scale * d);
+            }
+            for (int64_t i = 0; i < sh.hd; ++i) {
+              double vmax = 0.0, evmax = 0.0;
+              for (int64_t t = 0; t < sh.C; ++t) {
+                vmax = std::max(vmax, std::fabs(double(exact.vf[(t * sh.Hkv + g) * sh.hd + i])));
+                evmax = std::max(evmax, ev[(t * sh.Hkv + g) * sh.hd + i]);
+              }
+              const size_t at = static_cast<size_t>((s * sh.H + h) * sh.hd + i);
+              const double bound = std::expm1(2.0 * D) * vmax + evmax + 2e-5;
+              ASSERT_LE(std::fabs(got[at] - want[at]), bound) << "s " << s << " h " << h << " i " << i;
+            }
+          }
+        // Any split of the rows gives the same bits.
+        const std::vector<float> split = run_attention(p, scale, {0, 1, R / 2, R / 2 + 1, R});
+        for (size_t i = 0; i < got.size(); ++i) ASSERT_TRUE(same_bits(got[i], split[i])) << i;
+      }
+}
+
+TEST(KernelKvTypes, ScatterRowsStoresEveryKvTypeWithinItsPrecision) {
+  const int64_t R = 96, C = 6, S = 5;  // rows of 3 Q8_0 blocks
+  std::vector<float> src = randn(S * R, 41, 2.0f);
+  src[3 * R + 7] = 0.0f;                                             // a zero, and
+  for (int64_t j = 64; j < 96; ++j) src[4 * R + j] = 0.0f;           // an all-zero block (d = 0)
+  const std::vector<int32_t> idx = {4, -1, 0, 5, 2};                 // row 1 is skipped
+  for (GgmlType t : kKvTypes) {
+    SCOPED_TRACE(ggml_type_name(t));
+    const size_t rb = ggml_row_bytes(t, R);
+    std::vector<uint8_t> dst(rb * C, 0xA5), split(rb * C, 0xA5);
+    scatter_rows(src.data(), idx.data(), dst.data(), t, R, C, 0, S);
+    for (int64_t s = 0; s < S; ++s) scatter_rows(src.data(), idx.data(), split.data(), t, R, C, s, s + 1);
+    EXPECT_EQ(dst, split);  // independent of the [s0, s1) split
+    for (int64_t c = 0; c < C; ++c) {
+      const auto it = std::find(idx.begin(), idx.end(), static_cast<int32_t>(c));
+      const uint8_t* row = dst.data() + c * rb;
+      if (it == idx.end()) {  // rows nobody writes keep their bytes
+        for (size_t b = 0; b < rb; ++b) ASSERT_EQ(row[b], 0xA5) << "row " << c;
+        continue;
+      }
+      const int64_t s = it - idx.begin();
+      const std::vector<float> x(src.begin() + s * R, src.begin() + (s + 1) * R);
+      // The bytes are those of the type's definition, written out here.
+      std::vector<uint8_t> want(rb);
+      if (t == GgmlType::F32) {
+        std::memcpy(want.data(), x.data(), rb);
+      } else if (t == GgmlType::F16) {
+        for (int64_t j = 0; j < R; ++j) {
+          const uint16_t h = fp32_to_fp16(x[j]);
+          std::memcpy(&want[2 * j], &h, 2);
+        }
+      } else {  // ggml's quantize_row_q8_0_ref
+        for (int64_t b = 0; b < R / 32; ++b) {
+          float amax = 0.0f;
+          for (int j = 0; j < 32; ++j) amax = std::max(amax, std::fabs(x[b * 32 + j]));
+          const float d = amax / 127.0f, id = d != 0.0f ? 1.0f / d : 0.0f;
+          const uint16_t dh = fp32_to_fp16(d);
+          std::memcpy(&want[b * 34], &dh, 2);
+          for (int j = 0; j < 32; ++j) want[b * 34 + 2 + j] = static_cast<uint8_t>(static_cast<int8_t>(std::round(x[b * 32 + j] * id)));
+        }
+      }
+      ASSERT_EQ(std::vector<uint8_t>(row, row + rb), want) << "row " << c;
+      // And the stored values are within the type's precision of the F32 row.
+      std::vector<float> back(R);
+      dequantize_row(t, row, back.data(), R);
+      const std::vector<double> e = storage_error_bound(t, x);
+      for (int64_t j = 0; j < R; ++j) ASSERT_LE(std::fabs(double(back[j]) - x[j]), e[j]) << "row " << c << " j " << j;
+    }
+  }
+  // Q8_0 rows must be whole blocks.
+  std::vector<uint8_t> d(1024);
+  EXPECT_THROW(scatter_rows(src.data(), idx.data(), d.data(), GgmlType::Q8_0, 48, 1, 0, 1), Error);
+}
+
+TEST(KernelKvTypes, RopeRotatesF16AndQ8_0StateRowsInPlace) {
+  const int64_t C = 7, H = 2;
+  const std::vector<int32_t> pos = {0, -3, 5, -40, 0, 1000, -1};  // a position delta per row
+  for (int mode : {0, 2})
+    for (int64_t hd : {32, 64})
+      for (int64_t n_rot : {hd, hd / 2})
+        for (GgmlType t : kKvTypes) {
+          SCOPED_TRACE(std::string(ggml_type_name(t)) + " mode " + std::to_string(mode) + " hd " + std::to_string(hd) +
+                       " n_rot " + std::to_string(n_rot));
+          const float base = 10000.0f, fs = 1.0f;
+          const std::vector<float> x = randn(C * H * hd, 300 + hd + mode, 1.5f);
+          const size_t rb = ggml_row_bytes(t, hd);  // one head row
+          std::vector<uint8_t> state(rb * C * H);
+          for (int64_t r = 0; r < C * H; ++r) quantize_row(t, x.data() + r * hd, state.data() + r * rb, hd);
+          const std::vector<uint8_t> before = state;
+          std::vector<float> stored(x.size());
+          dequantize_row(t, before.data(), stored.data(), C * H * hd);
+
+          rope(state.data(), t, pos.data(), H, hd, n_rot, base, fs, nullptr, mode, 0, 3);
+          rope(state.data(), t, pos.data(), H, hd, n_rot, base, fs, nullptr, mode, 3, C * H);
+
+          // Exactly "convert the row to F32, rotate (the F32 kernel), convert back".
+          std::vector<float> f32 = stored;
+          rope(f32.data(), pos.data(), H, hd, n_rot, base, fs, nullptr, mode, 0, C * H);
+          for (int64_t r = 0; r < C * H; ++r) {
+            const uint8_t* got = state.data() + r * rb;
+            if (pos[r / H] == 0) {  // a zero delta leaves the bytes alone (no round trip)
+              ASSERT_TRUE(std::equal(got, got + rb, before.data() + r * rb)) << "row " << r;
+              continue;
+            }
+            std::vector<uint8_t> want(rb);
+            quantize_row(t, f32.data() + r * hd, want.data(), hd);
+            ASSERT_TRUE(std::equal(got, got + rb, want.data())) << "row " << r;
+          }
+
+          // Against the rotation in double of the original F32 values: the storage error before
+          // (rotations keep the length of each pair, so a pair's error grows by at most sqrt 2)
+          // and after, plus float rounding.
+          std::vector<float> after(x.size());
+          dequantize_row(t, state.data(), after.data(), C * H * hd);
+          const std::vector<double> e_in = storage_error_bound(t, x);
+          std::vector<double> rotated(x.size());
+          for (int64_t r = 0; r < C * H; ++r) {
+            const double p = pos[r / H];
+            for (int64_t j = 0; j < hd; ++j) rotated[r * hd + j] = x[r * hd + j];
+            for (int64_t i = 0; i < n_rot / 2; ++i) {
+              const double th = p * fs * std::pow(double(base), -2.0 * i / n_rot);
+              const int64_t ia = mode == 0 ? 2 * i : i, ib = mode == 0 ? 2 * i + 1 : i + n_rot / 2;
+              const double a = x[r * hd + ia], b = x[r * hd + ib];
+              rotated[r * hd + ia] = a * std::cos(th) - b * std::sin(th);
+              rotated[r * hd + ib] = a * std::sin(th) + b * std::cos(th);
+            }
+          }
+          for (int64_t r = 0; r < C * H; ++r) {
+            double in_max = 0.0;
+            for (int64_t j = 0; j < hd; ++j) in_max = std::max(in_max, e_in[r * hd + j]);
+            const double moved = std::sqrt(2.0) * in_max + 1e-5;  // |rotated stored - exact rotation|
+            // What gets converted back differs from the exact rotation by up to `moved`, so its
+            // storage error is bounded on magnitudes |exact| + moved.
+            std::vector<float> mags(static_cast<size_t>(hd));
+            for (int64_t j = 0; j < hd; ++j) mags[j] = static_cast<float>(std::fabs(rotated[r * hd + j]) + moved);
+            const std::vector<double> e_out = storage_error_bound(t, mags);
+            for (int64_t j = 0; j < hd; ++j)
+              ASSERT_LE(std::fabs(after[r * hd + j] - rotated[r * hd + j]), moved + e_out[j]) << "row " << r << " j " << j;
+          }
+        }
+  std::vector<uint8_t> q(34 * 4);
+  const int32_t one[2] = {1, 1};
+  EXPECT_THROW(rope(q.data(), GgmlType::Q8_0, one, 2, 16, 16, 10000.0f, 1.0f, nullptr, 0, 0, 2), Error);  // hd 16
+  EXPECT_THROW(rope(q.data(), GgmlType::Q4_0, one, 1, 32, 32, 10000.0f, 1.0f, nullptr, 0, 0, 1), Error);
+}
+
 // The paths agree with each other (different summation orders and exp, so not bit for bit).
 TEST(KernelIsaAgreement, AllPathsAgreeWithScalar) {
   uint32_t seed = 900;
@@ -694,6 +904,15 @@ TEST(KernelIsaAgreement, AllPathsAgreeWithScalar) {
           ASSERT_NEAR(got[i], ref[i], 1e-6 * mag[i] + 1e-30) << c.name << " " << isa << " element " << i;
       }
     }
+  }
+  // Q8_0 K/V too: the vector loaders widen int8 * d exactly as the scalar one does.
+  const AttnProblem pq = make_attention(3, 8, 2, 64, 33, GgmlType::Q8_0, GgmlType::Q8_0, 37);
+  ASSERT_TRUE(kernel_force_isa("scalar"));
+  const std::vector<float> refq = run_attention(pq, 0.125f, {0, 24});
+  for (const char* isa : kIsas) {
+    if (!kernel_force_isa(isa)) continue;
+    const std::vector<float> got = run_attention(pq, 0.125f, {0, 24});
+    for (size_t i = 0; i < got.size(); ++i) ASSERT_NEAR(got[i], refq[i], 2e-6) << isa << " Q8_0 attention " << i;
   }
   const AttnProblem p = make_attention(3, 8, 2, 40, 33, GgmlType::F16, GgmlType::F16, 31);
   ASSERT_TRUE(kernel_force_isa("scalar"));
@@ -752,7 +971,13 @@ TEST(KernelErrors, BadArgumentsThrow) {
                Error);  // 3 heads over 2 KV heads
   EXPECT_THROW(rope(x.data(), nullptr, 1, 8, 8, 10000.0f, 1.0f, nullptr, 1, 0, 1), Error);
   EXPECT_THROW(rope(x.data(), nullptr, 1, 8, 10, 10000.0f, 1.0f, nullptr, 0, 0, 1), Error);
-  EXPECT_THROW(scatter_rows(x.data(), nullptr, w.data(), GgmlType::Q8_0, 32, 1, 0, 1), Error);
+  EXPECT_THROW(scatter_rows(x.data(), nullptr, w.data(), GgmlType::Q4_0, 32, 1, 0, 1), Error);  // not a K/V type
+  EXPECT_THROW(attention(x.data(), w.data(), GgmlType::F16, w.data(), GgmlType::Q4_0, nullptr, out.data(), 2, 1, 32, 2,
+                         1.0f, 0, 1, work.data()),
+               Error);  // Q4_0 is no K/V type
+  EXPECT_THROW(attention(x.data(), w.data(), GgmlType::Q8_0, w.data(), GgmlType::Q8_0, nullptr, out.data(), 1, 1, 48, 1,
+                         1.0f, 0, 1, work.data()),
+               Error);  // Q8_0 heads must be whole blocks of 32
   // F32 decode needs no work buffer.
   std::vector<float> wf(64, 0.5f);
   matmul(x.data(), 1, 64, wf.data(), GgmlType::F32, nullptr, nullptr, out.data(), 1, 0, 1, nullptr);

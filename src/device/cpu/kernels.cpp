@@ -16,6 +16,7 @@
 #include <cstdint>
 #include <cstdlib>
 #include <cstring>
+#include <string>
 #include <string_view>
 
 #include "common/error.h"
@@ -74,6 +75,8 @@ struct ScalarOps {
   static V load_w_tail(const uint8_t* row, int64_t k, int n) {
     return n > 0 ? load_w<T>(row, k) : 0.0f;
   }
+  static V q8_scale(const uint8_t* block) { return fp16_to_fp32(u16_at(block)); }
+  static V load_q8(const uint8_t* qs, V d) { return static_cast<float>(static_cast<int8_t>(*qs)) * d; }
 };
 
 
@@ -352,13 +355,45 @@ void add(const float* a, const float* b, float* out, int64_t i0, int64_t i1) {
   for (int64_t i = i0; i < i1; ++i) out[i] = a[i] + b[i];
 }
 
-void rope(float* x, const int32_t* pos, int64_t H, int64_t hd, int64_t n_rot, float freq_base,
+namespace {
+
+// The K/V cache types: F32, F16 and Q8_0 (blocks of 32 along a row).
+bool kv_type_ok(GgmlType t) { return t == GgmlType::F32 || t == GgmlType::F16 || t == GgmlType::Q8_0; }
+
+// A type's name for an error message, also for ids this build does not know.
+std::string type_name(GgmlType t) {
+  const uint32_t id = static_cast<uint32_t>(t);
+  return ggml_type_known(id) ? std::string(ggml_type_name(t)) : "unknown type " + std::to_string(id);
+}
+
+// Rotates pair i of one head row v (mode 0: (2i, 2i+1); mode 2: (i, i + half)) by the angle
+// whose cosine and sine are c and sn.
+inline void rotate_pair(float* v, int64_t i, int64_t half, int mode, float c, float sn) {
+  const int64_t ia = mode == 0 ? 2 * i : i;
+  const int64_t ib = mode == 0 ? 2 * i + 1 : i + half;
+  const float a = v[ia], b = v[ib];
+  v[ia] = a * c - b * sn;
+  v[ib] = a * sn + b * c;
+}
+
+}  // namespace
+
+void rope(void* x, GgmlType x_type, const int32_t* pos, int64_t H, int64_t hd, int64_t n_rot, float freq_base,
           float freq_scale, const float* freq_factors, int mode, int64_t r0, int64_t r1) {
   if (r0 >= r1) return;
   if (mode != 0 && mode != 2) fail("rope: mode {} is not supported (0 = normal, 2 = NeoX)", mode);
   if (n_rot < 0 || n_rot > hd || n_rot % 2 != 0)
     fail("rope: n_rot {} must be even and at most the head size {}", n_rot, hd);
   if (H <= 0) fail("rope: H must be positive, got {}", H);
+  if (!kv_type_ok(x_type))
+    fail("rope: element type {} is not supported (F32, or F16 / Q8_0 K/V state)", type_name(x_type));
+  if (x_type == GgmlType::Q8_0 && hd % 32 != 0)
+    fail("rope: Q8_0 rows need a head size that is a multiple of 32, got {}", hd);
+  // F16 / Q8_0 rows are converted to F32 in this buffer, rotated, and converted back.
+  constexpr int64_t kMaxConvert = 1024;
+  if (x_type != GgmlType::F32 && hd > kMaxConvert)
+    fail("rope: head size {} is too large for an in-place {} rotation (at most {})", hd, type_name(x_type), kMaxConvert);
+  const size_t row_bytes = ggml_row_bytes(x_type, hd);
   const int64_t half = n_rot / 2;
   auto theta = [&](int64_t s, int64_t i) {
     const double inv_freq = std::pow(static_cast<double>(freq_base), -2.0 * static_cast<double>(i) / static_cast<double>(n_rot));
@@ -369,44 +404,55 @@ void rope(float* x, const int32_t* pos, int64_t H, int64_t hd, int64_t n_rot, fl
   // on the stack; wider rotations than this are computed per row.
   constexpr int64_t kMaxPairs = 512;
   float cs[kMaxPairs], sn[kMaxPairs];
+  float tmp[kMaxConvert];
   int64_t cached_s = -1;
   for (int64_t r = r0; r < r1; ++r) {
     const int64_t s = r / H;
-    float* v = x + r * hd;
-    if (half <= kMaxPairs && s != cached_s) {
+    if (pos[s] == 0) continue;  // a rotation by 0 leaves the row as it is (no F16 / Q8_0 round trip)
+    uint8_t* row = static_cast<uint8_t*>(x) + static_cast<size_t>(r) * row_bytes;
+    float* v = x_type == GgmlType::F32 ? reinterpret_cast<float*>(row) : tmp;
+    if (x_type != GgmlType::F32) dequantize_row(x_type, row, tmp, hd);
+    if (half <= kMaxPairs) {
+      if (s != cached_s) {
+        for (int64_t i = 0; i < half; ++i) {
+          const double t = theta(s, i);
+          cs[i] = static_cast<float>(std::cos(t));
+          sn[i] = static_cast<float>(std::sin(t));
+        }
+        cached_s = s;
+      }
+      for (int64_t i = 0; i < half; ++i) rotate_pair(v, i, half, mode, cs[i], sn[i]);
+    } else {
       for (int64_t i = 0; i < half; ++i) {
         const double t = theta(s, i);
-        cs[i] = static_cast<float>(std::cos(t));
-        sn[i] = static_cast<float>(std::sin(t));
+        rotate_pair(v, i, half, mode, static_cast<float>(std::cos(t)), static_cast<float>(std::sin(t)));
       }
-      cached_s = s;
     }
-    for (int64_t i = 0; i < half; ++i) {
-      const double t = half <= kMaxPairs ? 0.0 : theta(s, i);
-      const float c = half <= kMaxPairs ? cs[i] : static_cast<float>(std::cos(t));
-      const float sv = half <= kMaxPairs ? sn[i] : static_cast<float>(std::sin(t));
-      const int64_t ia = mode == 0 ? 2 * i : i;
-      const int64_t ib = mode == 0 ? 2 * i + 1 : i + half;
-      const float a = v[ia], b = v[ib];
-      v[ia] = a * c - b * sv;
-      v[ib] = a * sv + b * c;
-    }
+    if (x_type != GgmlType::F32) quantize_row(x_type, tmp, row, hd);
   }
 }
 
 void scatter_rows(const float* src, const int32_t* idx, void* dst, GgmlType dst_type, int64_t R,
                   int64_t C, int64_t s0, int64_t s1) {
-  if (dst_type != GgmlType::F32 && dst_type != GgmlType::F16)
-    fail("scatter_rows: destination type {} is not supported (F32 or F16)", ggml_type_name(dst_type));
+  if (!kv_type_ok(dst_type))
+    fail("scatter_rows: destination type {} is not supported (F32, F16 or Q8_0)", type_name(dst_type));
+  if (dst_type == GgmlType::Q8_0 && R % 32 != 0)
+    fail("scatter_rows: Q8_0 rows must be whole blocks of 32, got a row of {}", R);
+  const size_t row_bytes = ggml_row_bytes(dst_type, R);
   for (int64_t s = s0; s < s1; ++s) {
     const int64_t i = idx[s];
     if (i < 0 || i >= C) continue;
     const float* row = src + s * R;
+    uint8_t* d = static_cast<uint8_t*>(dst) + static_cast<size_t>(i) * row_bytes;
     if (dst_type == GgmlType::F32) {
-      std::memcpy(static_cast<float*>(dst) + i * R, row, static_cast<size_t>(R) * sizeof(float));
+      std::memcpy(d, row, static_cast<size_t>(R) * sizeof(float));
+    } else if (dst_type == GgmlType::F16) {
+      for (int64_t j = 0; j < R; ++j) {
+        const uint16_t h = fp32_to_fp16(row[j]);
+        std::memcpy(d + 2 * j, &h, 2);
+      }
     } else {
-      uint16_t* d = static_cast<uint16_t*>(dst) + i * R;
-      for (int64_t j = 0; j < R; ++j) d[j] = fp32_to_fp16(row[j]);
+      quantize_row(GgmlType::Q8_0, row, d, R);  // ggml's reference: d = amax / 127 (fp16), q = round(x / d)
     }
   }
 }
@@ -465,12 +511,12 @@ void attention(const float* q, const void* k, GgmlType k_type, const void* v, Gg
                const float* mask, float* out, int64_t H, int64_t Hkv, int64_t hd, int64_t C,
                float scale, int64_t r0, int64_t r1, float* work) {
   if (r0 >= r1) return;
-  auto kv_ok = [](GgmlType t) { return t == GgmlType::F32 || t == GgmlType::F16; };
-  if (!kv_ok(k_type) || !kv_ok(v_type))
-    fail("attention: K/V cache types must be F32 or F16, got {} / {}", static_cast<uint32_t>(k_type),
-         static_cast<uint32_t>(v_type));
+  if (!kv_type_ok(k_type) || !kv_type_ok(v_type))
+    fail("attention: K/V cache types must be F32, F16 or Q8_0, got {} / {}", type_name(k_type), type_name(v_type));
   if (H <= 0 || Hkv <= 0 || H % Hkv != 0) fail("attention: {} heads cannot share {} KV heads", H, Hkv);
   if (hd <= 0 || C < 0) fail("attention: bad head size {} or cache length {}", hd, C);
+  if ((k_type == GgmlType::Q8_0 || v_type == GgmlType::Q8_0) && hd % 32 != 0)
+    fail("attention: a Q8_0 K/V cache needs a head size that is a multiple of 32, got {}", hd);
   if (C > 0 && work == nullptr) fail("attention: needs a work buffer of {} floats", C);
   active().attention(q, k, k_type, v, v_type, mask, out, H, Hkv, hd, C, scale, r0, r1, work);
 }

@@ -59,20 +59,30 @@ void swiglu(const float* gate, const float* up, float* out, int64_t i0, int64_t 
 // theta_i = pos[s] * freq_scale * base^(-2i / n_rot) / freq_factors[i] for pair i < n_rot / 2
 // (freq_factors may be null: all 1; Llama 3.1 stores them as rope_freqs.weight).
 // mode 0: pairs (2i, 2i+1) (llama "normal"); mode 2: pairs (i, i + n_rot/2) (NeoX). Dims >= n_rot
-// are left as they are.
-void rope(float* x, const int32_t* pos, int64_t H, int64_t hd, int64_t n_rot, float freq_base,
+// are left as they are, and so are rows whose pos[s] is 0.
+// x_type is F32, or F16 / Q8_0 for a K/V state rotated in place (the context-shift re-rotation):
+// each head row (hd elements; a multiple of 32 for Q8_0) is converted to F32, rotated, and
+// converted back (F16: rounded to nearest even; Q8_0: requantised as scatter_rows does).
+void rope(void* x, GgmlType x_type, const int32_t* pos, int64_t H, int64_t hd, int64_t n_rot, float freq_base,
           float freq_scale, const float* freq_factors, int mode, int64_t r0, int64_t r1);
+inline void rope(float* x, const int32_t* pos, int64_t H, int64_t hd, int64_t n_rot, float freq_base,
+                 float freq_scale, const float* freq_factors, int mode, int64_t r0, int64_t r1) {
+  rope(x, GgmlType::F32, pos, H, hd, n_rot, freq_base, freq_scale, freq_factors, mode, r0, r1);
+}
 
-// dst[idx[s], :] = src[s, :] (converted to dst_type: F32 or F16) for s in [s0, s1) with
-// 0 <= idx[s] < C; other rows are skipped. R is the row length in elements (src rows and dst
-// rows alike), C the number of dst rows.
+// dst[idx[s], :] = src[s, :] (converted to dst_type) for s in [s0, s1) with 0 <= idx[s] < C; other
+// rows are skipped. R is the row length in elements (src rows and dst rows alike), C the number of
+// dst rows. dst_type: F32 (copied), F16 (rounded to nearest even) or Q8_0 (R a multiple of 32;
+// quantised as ggml's reference does: per block of 32, d = amax / 127 stored as fp16,
+// q = round(x / d); a dst row is ggml_row_bytes(Q8_0, R) bytes).
 void scatter_rows(const float* src, const int32_t* idx, void* dst, GgmlType dst_type, int64_t R,
                   int64_t C, int64_t s0, int64_t s1);
 
 // Grouped-query attention over a cache of C rows; r in [r0, r1) indexes (s, h) = (r / H, r % H).
 // out[s,h,:] = sum_t p[t] v[t,g,:], p = softmax_t(scale * q[s,h,:].k[t,g,:] + mask[s,t]),
-// g = h / (H / Hkv). k, v are [C, Hkv, hd] of type F32 or F16. A fully masked row gives zeros.
-// work: at least C floats.
+// g = h / (H / Hkv). k, v are [C, Hkv, hd] of type F32, F16 or Q8_0 (hd a multiple of 32; each
+// head is hd / 32 blocks), read and widened to F32 in registers (no copy). A fully masked row gives
+// zeros. work: at least C floats.
 void attention(const float* q, const void* k, GgmlType k_type, const void* v, GgmlType v_type,
                const float* mask, float* out, int64_t H, int64_t Hkv, int64_t hd, int64_t C,
                float scale, int64_t r0, int64_t r1, float* work);

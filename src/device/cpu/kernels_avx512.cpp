@@ -87,6 +87,13 @@ struct Avx512Ops {
       else return cvt_bf16(h);
     }
   }
+  // Q8_0 K/V cache (kernels_impl.h): 16 int8 of one block times its d.
+  static V q8_scale(const uint8_t* block) { return _mm512_set1_ps(_cvtsh_ss(u16_at(block))); }
+  static V load_q8(const uint8_t* qs, V d) {
+    const __m128i q = _mm_loadu_si128(reinterpret_cast<const __m128i*>(qs));
+    return _mm512_mul_ps(_mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(q)), d);
+  }
+
   template <GgmlType T>
   static V load_w_tail(const uint8_t* row, int64_t k, int n) {
     if constexpr (T == GgmlType::F32) {

@@ -43,7 +43,8 @@ struct IsaKernels {
                  float* work, const void* xq);
   // As cpu::prequantize_x.
   void (*quantize_x)(GgmlType wt, const float* x, int64_t M, int64_t K, void* dst, int64_t m0, int64_t m1);
-  // As cpu::attention; k_type, v_type are F32 or F16, H a multiple of Hkv.
+  // As cpu::attention; k_type, v_type are F32, F16 or Q8_0 (then hd is a multiple of 32), H a
+  // multiple of Hkv.
   void (*attention)(const float* q, const void* k, GgmlType k_type, const void* v, GgmlType v_type,
                     const float* mask, float* out, int64_t H, int64_t Hkv, int64_t hd, int64_t C,
                     float scale, int64_t r0, int64_t r1, float* work);
@@ -86,6 +87,10 @@ constexpr bool has_loader(GgmlType t) {
 //   add(a, b), sub(a, b), mul(a, b), div(a, b), max(a, b), hsum(v), hmax(v), exp(v)
 //   load_w<T>(row, k): W elements of a row of per-element type T (F32, F16, BF16) from element k
 //   load_w_tail<T>(row, k, n): n < W of them, the rest zero
+//   q8_scale(block): the d (fp16) at the start of a Q8_0 block (d, 32 int8 q), in every lane;
+//   load_q8(qs, d): W int8 from qs (within one block: W divides 32) times d. For the Q8_0 K/V
+//   cache (attention). The values are float(q) * d, exactly what dequantize_row gives (the
+//   product of an 8-bit and an 11-bit significand is exact in float)
 
 // ---- matmul ----------------------------------------------------------------------------------
 
@@ -290,17 +295,49 @@ void swiglu_impl(const float* gate, const float* up, float* out, int64_t i0, int
 
 // ---- attention -------------------------------------------------------------------------------
 
-// y[0, n) += a * v[0, n) with v of type T (F32 or F16).
+// Bytes of one head (hd elements) of a K/V cache row of type T (F32, F16 or Q8_0).
+template <GgmlType T>
+constexpr int64_t head_bytes(int64_t hd) {
+  if constexpr (T == GgmlType::F32) return hd * 4;
+  else if constexpr (T == GgmlType::F16) return hd * 2;
+  else return hd / 32 * 34;  // Q8_0: hd is a multiple of 32 (kernels.cpp checks)
+}
+
+// x . row for a row of n (a multiple of 32) Q8_0 values, in the order of gemv_tile (element k
+// into lane k % W, then hsum), with d widened once per block.
+template <class Ops>
+inline float dot_q8_0(const float* x, const uint8_t* row, int64_t n) {
+  constexpr int W = Ops::W;
+  static_assert(32 % W == 0, "a Q8_0 block must hold whole vectors");
+  auto acc = Ops::zero();
+  for (int64_t b = 0; b < n / 32; ++b, row += 34, x += 32) {
+    const auto d = Ops::q8_scale(row);
+    NPULLM_UNROLL
+    for (int j = 0; j < 32; j += W) acc = Ops::fma(Ops::load_q8(row + 2 + j, d), Ops::load(x + j), acc);
+  }
+  return Ops::hsum(acc);
+}
+
+// y[0, n) += a * v[0, n) with v of type T (F32, F16 or Q8_0).
 template <class Ops, GgmlType T>
 inline void axpy(float a, const uint8_t* v, float* y, int64_t n) {
   constexpr int W = Ops::W;
   const auto av = Ops::set1(a);
-  int64_t k = 0;
-  for (; k + W <= n; k += W)
-    Ops::store(y + k, Ops::fma(Ops::template load_w<T>(v, k), av, Ops::load(y + k)));
-  if (k < n) {
-    const int t = static_cast<int>(n - k);
-    Ops::store_tail(y + k, Ops::fma(Ops::template load_w_tail<T>(v, k, t), av, Ops::load_tail(y + k, t)), t);
+  if constexpr (T == GgmlType::Q8_0) {  // n is whole blocks: d widened once per block
+    static_assert(32 % W == 0, "a Q8_0 block must hold whole vectors");
+    for (int64_t b = 0; b < n / 32; ++b, v += 34, y += 32) {
+      const auto d = Ops::q8_scale(v);
+      NPULLM_UNROLL
+      for (int j = 0; j < 32; j += W) Ops::store(y + j, Ops::fma(Ops::load_q8(v + 2 + j, d), av, Ops::load(y + j)));
+    }
+  } else {
+    int64_t k = 0;
+    for (; k + W <= n; k += W)
+      Ops::store(y + k, Ops::fma(Ops::template load_w<T>(v, k), av, Ops::load(y + k)));
+    if (k < n) {
+      const int t = static_cast<int>(n - k);
+      Ops::store_tail(y + k, Ops::fma(Ops::template load_w_tail<T>(v, k, t), av, Ops::load_tail(y + k, t)), t);
+    }
   }
 }
 
@@ -311,7 +348,7 @@ void attention_rows(const float* q, const uint8_t* k, const uint8_t* v, const fl
   using V = typename Ops::V;
   constexpr int W = Ops::W;
   constexpr float kNegInf = -__builtin_inff();
-  const size_t kv_elem = KT == GgmlType::F32 ? 4 : 2, v_elem = VT == GgmlType::F32 ? 4 : 2;
+  const int64_t k_head = head_bytes<KT>(hd), v_head = head_bytes<VT>(hd);
   const int64_t group = H / Hkv;
   for (int64_t r = r0; r < r1; ++r) {
     const int64_t s = r / H, h = r % H, g = h / group;
@@ -328,7 +365,8 @@ void attention_rows(const float* q, const uint8_t* k, const uint8_t* v, const fl
         continue;
       }
       float dot;
-      gemv_tile<Ops, KT, 1>(qr, hd, k + (t * Hkv + g) * hd * kv_elem, 0, &dot);
+      if constexpr (KT == GgmlType::Q8_0) dot = dot_q8_0<Ops>(qr, k + (t * Hkv + g) * k_head, hd);
+      else gemv_tile<Ops, KT, 1>(qr, hd, k + (t * Hkv + g) * k_head, 0, &dot);
       const float sc = scale * dot + mval;
       scores[t] = sc;
       mx = sc > mx ? sc : mx;
@@ -360,8 +398,25 @@ void attention_rows(const float* q, const uint8_t* k, const uint8_t* v, const fl
     for (t = 0; t < C; ++t) {
       const float p = scores[t];
       if (p == 0.0f) continue;
-      axpy<Ops, VT>(p * inv, v + (t * Hkv + g) * hd * v_elem, o, hd);
+      axpy<Ops, VT>(p * inv, v + (t * Hkv + g) * v_head, o, hd);
     }
+  }
+}
+
+template <class Ops, GgmlType KT>
+void attention_for_k(const float* q, const uint8_t* k, const uint8_t* v, GgmlType v_type, const float* mask,
+                     float* out, int64_t H, int64_t Hkv, int64_t hd, int64_t C, float scale, int64_t r0, int64_t r1,
+                     float* work) {
+  switch (v_type) {
+    case GgmlType::F16:
+      attention_rows<Ops, KT, GgmlType::F16>(q, k, v, mask, out, H, Hkv, hd, C, scale, r0, r1, work);
+      return;
+    case GgmlType::Q8_0:
+      attention_rows<Ops, KT, GgmlType::Q8_0>(q, k, v, mask, out, H, Hkv, hd, C, scale, r0, r1, work);
+      return;
+    default:
+      attention_rows<Ops, KT, GgmlType::F32>(q, k, v, mask, out, H, Hkv, hd, C, scale, r0, r1, work);
+      return;
   }
 }
 
@@ -371,15 +426,17 @@ void attention_impl(const float* q, const void* k, GgmlType k_type, const void* 
                     float scale, int64_t r0, int64_t r1, float* work) {
   const auto* kb = static_cast<const uint8_t*>(k);
   const auto* vb = static_cast<const uint8_t*>(v);
-  const bool k16 = k_type == GgmlType::F16, v16 = v_type == GgmlType::F16;
-  if (!k16 && !v16)
-    attention_rows<Ops, GgmlType::F32, GgmlType::F32>(q, kb, vb, mask, out, H, Hkv, hd, C, scale, r0, r1, work);
-  else if (!k16 && v16)
-    attention_rows<Ops, GgmlType::F32, GgmlType::F16>(q, kb, vb, mask, out, H, Hkv, hd, C, scale, r0, r1, work);
-  else if (k16 && !v16)
-    attention_rows<Ops, GgmlType::F16, GgmlType::F32>(q, kb, vb, mask, out, H, Hkv, hd, C, scale, r0, r1, work);
-  else
-    attention_rows<Ops, GgmlType::F16, GgmlType::F16>(q, kb, vb, mask, out, H, Hkv, hd, C, scale, r0, r1, work);
+  switch (k_type) {
+    case GgmlType::F16:
+      attention_for_k<Ops, GgmlType::F16>(q, kb, vb, v_type, mask, out, H, Hkv, hd, C, scale, r0, r1, work);
+      return;
+    case GgmlType::Q8_0:
+      attention_for_k<Ops, GgmlType::Q8_0>(q, kb, vb, v_type, mask, out, H, Hkv, hd, C, scale, r0, r1, work);
+      return;
+    default:
+      attention_for_k<Ops, GgmlType::F32>(q, kb, vb, v_type, mask, out, H, Hkv, hd, C, scale, r0, r1, work);
+      return;
+  }
 }
 
 #undef NPULLM_UNROLL
