@@ -81,12 +81,13 @@ MatmulActivations matmul_activations(GgmlType wt);
 int64_t matmul_work_floats(int64_t K);
 int64_t attention_work_floats(int64_t C);
 
-// What the dispatcher chose on this CPU ("avx512", "avx2" or "scalar"), for logs and bench.
-// The choice is the best path the CPU supports; the environment variable NPULLM_ISA=scalar|avx2|
-// avx512 (read once, at the first kernel call) may force a lower one.
+// What the dispatcher chose on this CPU ("amx", "avx512", "avx2" or "scalar"), for logs and bench.
+// "amx" is the avx512 path whose prefill matmul with Q8_0-style int8 activations (M > 4) runs on
+// AMX tiles (same bits). The choice is the best path the CPU supports; the environment variable
+// NPULLM_ISA=scalar|avx2|avx512|amx (read once, at the first kernel call) may force a lower one.
 const char* kernel_isa();
 
-// Forces the code path `isa` ("scalar", "avx2" or "avx512") for later kernel calls, for tests and
+// Forces the code path `isa` ("scalar", "avx2", "avx512" or "amx") for later kernel calls, for tests and
 // benchmarks. Returns false and changes nothing when the CPU cannot run it or the name is unknown.
 // Not to be called while kernels are running on other threads.
 bool kernel_force_isa(const char* isa);
