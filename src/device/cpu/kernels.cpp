@@ -25,6 +25,7 @@
 #include "common/error.h"
 #include "device/cpu/kernels_impl.h"
 #include "device/cpu/kernels_int8.h"
+#include "device/cpu/kernels_amx.h"
 
 namespace npullm::cpu {
 
@@ -440,7 +441,9 @@ int64_t matmul_work_floats(int64_t K) {
   // plus 64 bytes to align the start.
   const int64_t f32 = detail::kAccFloats + detail::kBlockRows * K;
   const int64_t i8 = (detail::int8_work_bytes(K) + 64 + 3) / 4;
-  return f32 > i8 ? f32 : i8;
+  const int64_t amx = (detail::amx_work_bytes(K) + 64 + 3) / 4;  // the AMX prefill matmul's blocking
+  const int64_t most = f32 > i8 ? f32 : i8;
+  return most > amx ? most : amx;
 }
 MatmulActivations matmul_activations(GgmlType wt) {
   switch (detail::act_format(wt)) {

@@ -51,6 +51,7 @@
 #include <cstring>
 
 #include "device/cpu/kernels_int8.h"
+#include "device/cpu/kernels_amx.h"
 
 namespace npullm::cpu::detail {
 namespace {
@@ -64,10 +65,14 @@ struct alignas(64) TileConfig {
   uint16_t colsb[16];  // bytes per row of tile i
   uint8_t rows[16];    // rows of tile i
 };
-// tmm0, tmm1: A (16 rows x 32 bytes); tmm2, tmm3: B (8 rows x 64 bytes); tmm4, tmm5: C (16 x 64).
+// Blocks of 32 (Q4_0 ... Q8_0): tmm0, tmm1 A (16 rows x 32 bytes); tmm2, tmm3 B (8 rows x 64
+// bytes); tmm4, tmm5 C (16 x 16 int32).
+// Super-blocks of 256 (K-quants): every tile 16 rows x 64 bytes (K = 64 per multiply): tmm0, tmm1
+// A; tmm2, tmm3 (and tmm7 for Q4_K / Q5_K) B; tmm4 .. tmm6 (tmm7 for Q6_K) C.
 // In read-only memory: GCC's _tile_loadconfig tells the compiler it reads 8 bytes only, so a
 // configuration built on the stack could be partly optimised away.
-constexpr TileConfig kConfig = {1, 0, {}, {32, 32, 64, 64, 64, 64}, {16, 16, 8, 8, 16, 16}};
+constexpr TileConfig kConfig32 = {1, 0, {}, {32, 32, 64, 64, 64, 64}, {16, 16, 8, 8, 16, 16}};
+constexpr TileConfig kConfig256 = {1, 0, {}, {64, 64, 64, 64, 64, 64, 64, 64}, {16, 16, 16, 16, 16, 16, 16, 16}};
 
 // GCC's tile loads are asm statements that do not tell the compiler they read memory: every
 // buffer a tile load reads must be written before this barrier.
@@ -76,24 +81,33 @@ inline void compiler_barrier() { asm volatile("" ::: "memory"); }
 // ---- weight panels: 16 rows, one per lane (as kernels_int8.h's Panel for Avx512IO) -------------
 
 struct Rows16 {
-  const uint8_t* r[16];
+  const uint8_t* rows[16];
   int valid;  // rows that exist (1..16); the others repeat the last one, so loads stay inside W
 };
 
 inline void make_rows(const uint8_t* W, size_t row_bytes, int64_t n, int64_t n_end, Rows16& p) {
   const int64_t left = n_end - n;
   p.valid = static_cast<int>(left < 16 ? left : 16);
-  for (int r = 0; r < 16; ++r) p.r[r] = W + (n + (r < p.valid ? r : p.valid - 1)) * static_cast<int64_t>(row_bytes);
+  for (int r = 0; r < 16; ++r) p.rows[r] = W + (n + (r < p.valid ? r : p.valid - 1)) * static_cast<int64_t>(row_bytes);
 }
+
+// The vector primitives kernels_int8.h's K-quant scale helpers (k4_scale, k4_min) need.
+struct ScaleIO {
+  using VI = __m512i;
+  NPULLM_HOT static VI and_(VI v, int32_t imm) { return _mm512_and_si512(v, _mm512_set1_epi32(imm)); }
+  NPULLM_HOT static VI or_(VI a, VI b) { return _mm512_or_si512(a, b); }
+  NPULLM_HOT static VI srli(VI v, int n) { return _mm512_srli_epi32(v, static_cast<unsigned>(n)); }
+  NPULLM_HOT static VI slli(VI v, int n) { return _mm512_slli_epi32(v, static_cast<unsigned>(n)); }
+};
 
 // 16 bytes at rows[r] + off -> 4 vectors, dword g of row r in lane r of out[g] (Avx512IO::tload4).
 NPULLM_HOT void tload4(const Rows16& p, int64_t off, __m512i* out) {
   __m512i z[4];
   for (int i = 0; i < 4; ++i) {
-    __m512i v = _mm512_castsi128_si512(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p.r[i] + off)));
-    v = _mm512_inserti32x4(v, _mm_loadu_si128(reinterpret_cast<const __m128i*>(p.r[4 + i] + off)), 1);
-    v = _mm512_inserti32x4(v, _mm_loadu_si128(reinterpret_cast<const __m128i*>(p.r[8 + i] + off)), 2);
-    z[i] = _mm512_inserti32x4(v, _mm_loadu_si128(reinterpret_cast<const __m128i*>(p.r[12 + i] + off)), 3);
+    __m512i v = _mm512_castsi128_si512(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p.rows[i] + off)));
+    v = _mm512_inserti32x4(v, _mm_loadu_si128(reinterpret_cast<const __m128i*>(p.rows[4 + i] + off)), 1);
+    v = _mm512_inserti32x4(v, _mm_loadu_si128(reinterpret_cast<const __m128i*>(p.rows[8 + i] + off)), 2);
+    z[i] = _mm512_inserti32x4(v, _mm_loadu_si128(reinterpret_cast<const __m128i*>(p.rows[12 + i] + off)), 3);
   }
   const __m512i t0 = _mm512_unpacklo_epi32(z[0], z[1]), t1 = _mm512_unpackhi_epi32(z[0], z[1]);
   const __m512i t2 = _mm512_unpacklo_epi32(z[2], z[3]), t3 = _mm512_unpackhi_epi32(z[2], z[3]);
@@ -107,8 +121,8 @@ NPULLM_HOT void tload4(const Rows16& p, int64_t off, __m512i* out) {
 NPULLM_HOT void tload8(const Rows16& p, int64_t off, __m512i* out) {
   __m512i y[8];
   for (int i = 0; i < 8; ++i) {
-    const __m512i v = _mm512_castsi256_si512(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(p.r[i] + off)));
-    y[i] = _mm512_inserti64x4(v, _mm256_loadu_si256(reinterpret_cast<const __m256i*>(p.r[8 + i] + off)), 1);
+    const __m512i v = _mm512_castsi256_si512(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(p.rows[i] + off)));
+    y[i] = _mm512_inserti64x4(v, _mm256_loadu_si256(reinterpret_cast<const __m256i*>(p.rows[8 + i] + off)), 1);
   }
   __m512i u[8];
   for (int h = 0; h < 2; ++h) {
@@ -129,7 +143,7 @@ NPULLM_HOT void tload8(const Rows16& p, int64_t off, __m512i* out) {
 // Lane r = the 4 bytes at rows[r] + off.
 NPULLM_HOT __m512i gather32(const Rows16& p, int64_t off) {
   alignas(64) int32_t v[16];
-  for (int r = 0; r < 16; ++r) std::memcpy(&v[r], p.r[r] + off, 4);
+  for (int r = 0; r < 16; ++r) std::memcpy(&v[r], p.rows[r] + off, 4);
   return _mm512_load_si512(v);
 }
 
@@ -141,61 +155,212 @@ NPULLM_HOT __m512i hbit4(__m512i h, int s) {
   return _mm512_permutexvar_epi32(_mm512_srli_epi32(h, static_cast<unsigned>(s)), table);
 }
 
+NPULLM_HOT __m512 f16lo(__m512i v) { return _mm512_cvtph_ps(_mm512_cvtepi32_epi16(v)); }
+NPULLM_HOT __m512 f16hi(__m512i v) { return _mm512_cvtph_ps(_mm512_cvtepi32_epi16(_mm512_srli_epi32(v, 16))); }
+
+// Each byte of g times the lane's s (a dword per lane): unsigned bytes, products <= 255.
+NPULLM_HOT __m512i mul_u8(__m512i g, __m512i s) {
+  const __m512i s16 = _mm512_or_si512(s, _mm512_slli_epi32(s, 16));
+  const __m512i even = _mm512_mullo_epi16(_mm512_and_si512(g, _mm512_set1_epi16(0x00FF)), s16);
+  const __m512i odd = _mm512_mullo_epi16(_mm512_srli_epi16(g, 8), s16);
+  return _mm512_or_si512(even, _mm512_slli_epi16(odd, 8));
+}
+// The same for signed bytes and a signed s (products in [-128, 127]).
+NPULLM_HOT __m512i mul_s8(__m512i g, __m512i s) {
+  const __m512i s16 = _mm512_or_si512(_mm512_and_si512(s, _mm512_set1_epi32(0xFFFF)), _mm512_slli_epi32(s, 16));
+  const __m512i even = _mm512_mullo_epi16(_mm512_srai_epi16(_mm512_slli_epi16(g, 8), 8), s16);
+  const __m512i odd = _mm512_mullo_epi16(_mm512_srai_epi16(g, 8), s16);
+  return _mm512_or_si512(_mm512_and_si512(even, _mm512_set1_epi16(0x00FF)), _mm512_slli_epi16(odd, 8));
+}
+
+// ---- per-type layout of a decoded panel ----------------------------------------------------------
+//
+// A panel holds all units (blocks of 32, or super-blocks of 256) of 16 weight rows, unit u at
+// bp + u * unit_bytes:
+//   Q4_0, Q4_1, Q5_0, Q5_1, Q8_0: the B tile (512 bytes: G_0..G_7, signed weights), dw, mw (floats)
+//   Q4_K, Q5_K: 3 x 4 B tiles of 1 KiB (K = 64 each): w * (sc & L), w * (sc >> S), mn (the scale
+//               split so every product is a byte: L, S = 15, 4 for Q4_K, 7, 3 for Q5_K; mn the
+//               6-bit min of the sub-block), then d, dmin (floats). With them
+//               Isc = C_lo + 2^S C_hi and Imn = C_mn exactly.
+//   Q6_K: 4 x 4 B tiles: (w - 32) * e_i, sc = e_0 + 4 e_1 + 16 e_2 + 64 e_3 with e_0..e_2 in
+//         [-1, 2] and e_3 in [-2, 2] (so every product is a signed byte), then d (floats). With
+//         them Isc = C_0 + 4 C_1 + 16 C_2 + 64 C_3 exactly.
+template <GgmlType T>
+constexpr bool kquant() { return T == GgmlType::Q4_K || T == GgmlType::Q5_K || T == GgmlType::Q6_K; }
+template <GgmlType T>
+constexpr int64_t unit_elems_amx() { return kquant<T>() ? 256 : 32; }
+template <GgmlType T>
+constexpr int64_t unit_bytes() { return T == GgmlType::Q6_K ? 16 * 1024 + 64 : kquant<T>() ? 12 * 1024 + 128 : 640; }
 template <GgmlType T>
 constexpr int64_t block_size() {
-  return T == GgmlType::Q4_0 ? 18 : T == GgmlType::Q4_1 ? 20 : T == GgmlType::Q5_0 ? 22 : T == GgmlType::Q5_1 ? 24 : 34;
+  return T == GgmlType::Q4_0 ? 18 : T == GgmlType::Q4_1 ? 20 : T == GgmlType::Q5_0 ? 22 : T == GgmlType::Q5_1 ? 24
+       : T == GgmlType::Q8_0 ? 34 : T == GgmlType::Q4_K ? 144 : T == GgmlType::Q5_K ? 176 : 210;
 }
 template <GgmlType T>
 constexpr bool has_min() { return T == GgmlType::Q4_1 || T == GgmlType::Q5_1; }
+static_assert(unit_bytes<GgmlType::Q6_K>() <= kAmxUnitBytes256 && unit_bytes<GgmlType::Q4_K>() <= kAmxUnitBytes256 &&
+              unit_bytes<GgmlType::Q8_0>() <= kAmxUnitBytes32);
 
-// Decodes the nb blocks of a panel: B tile of block u at bt + 512 u (signed weights), its scales
-// at dw + 16 u and, for Q4_1 / Q5_1, its mins at mw + 16 u (lane r = row r, as floats).
+// Blocks of 32: unit u of the panel from the block at byte o of each row.
 template <GgmlType T>
-void decode_panel(const Rows16& p, int64_t nb, uint8_t* bt, float* dw, float* mw) {
-  constexpr int64_t bs = block_size<T>();
-  for (int64_t u = 0; u < nb; ++u) {
-    const int64_t o = u * bs;
-    __m512i g[8];
-    if constexpr (T == GgmlType::Q8_0) {
-      tload8(p, o + 2, g);  // already signed bytes
-    } else {
-      constexpr int64_t qs = T == GgmlType::Q4_0 ? 2 : T == GgmlType::Q4_1 ? 4 : T == GgmlType::Q5_0 ? 6 : 8;
-      __m512i t[4];
-      tload4(p, o + qs, t);  // byte j of qs: element j (low nibble), j + 16 (high nibble)
-      const __m512i lo4 = _mm512_set1_epi8(0x0F);
-      for (int i = 0; i < 4; ++i) {
-        g[i] = _mm512_and_si512(t[i], lo4);
-        g[i + 4] = _mm512_and_si512(_mm512_srli_epi32(t[i], 4), lo4);
+NPULLM_HOT void decode_block32(const Rows16& p, int64_t o, uint8_t* up) {
+  __m512i g[8];
+  if constexpr (T == GgmlType::Q8_0) {
+    tload8(p, o + 2, g);  // already signed bytes
+  } else {
+    constexpr int64_t qs = T == GgmlType::Q4_0 ? 2 : T == GgmlType::Q4_1 ? 4 : T == GgmlType::Q5_0 ? 6 : 8;
+    __m512i t[4];
+    tload4(p, o + qs, t);  // byte j of qs: element j (low nibble), j + 16 (high nibble)
+    const __m512i lo4 = _mm512_set1_epi8(0x0F);
+    for (int i = 0; i < 4; ++i) {
+      g[i] = _mm512_and_si512(t[i], lo4);
+      g[i + 4] = _mm512_and_si512(_mm512_srli_epi32(t[i], 4), lo4);
+    }
+    if constexpr (T == GgmlType::Q5_0 || T == GgmlType::Q5_1) {
+      const __m512i qh = gather32(p, o + (T == GgmlType::Q5_0 ? 2 : 4));  // bit j: bit 4 of element j
+      for (int i = 0; i < 8; ++i) g[i] = _mm512_or_si512(g[i], hbit4(qh, 4 * i));
+    }
+    if constexpr (T == GgmlType::Q4_0 || T == GgmlType::Q5_0) {
+      const __m512i off = _mm512_set1_epi8(T == GgmlType::Q4_0 ? 8 : 16);
+      for (int i = 0; i < 8; ++i) g[i] = _mm512_sub_epi8(g[i], off);
+    }
+  }
+  for (int i = 0; i < 8; ++i) _mm512_store_si512(up + 64 * i, g[i]);
+  const __m512i dm = gather32(p, o);  // d (low half), m (high half) for Q4_1 / Q5_1
+  _mm512_store_ps(reinterpret_cast<float*>(up + 512), f16lo(dm));
+  if constexpr (has_min<T>()) _mm512_store_ps(reinterpret_cast<float*>(up + 576), f16hi(dm));
+}
+
+// Q4_K / Q5_K super-block at byte o. Chunk c (elements 64 c ..) is sub-blocks 2c (low nibbles of
+// qs bytes 32c ..) and 2c + 1 (high nibbles): B tile rows 0..7 and 8..15.
+template <GgmlType T>
+NPULLM_HOT void decode_k4(const Rows16& p, int64_t o, uint8_t* up) {
+  constexpr bool five = T == GgmlType::Q5_K;
+  constexpr int split = five ? 3 : 4;  // sc = (sc >> split) << split | (sc & low)
+  constexpr int32_t low = (1 << split) - 1;
+  __m512i hdr[4], qh[8];
+  tload4(p, o, hdr);  // d | dmin << 16, scale bytes 0..3, 4..7, 8..11
+  if constexpr (five) tload8(p, o + 16, qh);  // bit j of qh byte l: bit 4 of element l of sub-block j
+  for (int c = 0; c < 4; ++c) {
+    __m512i t[8];
+    tload8(p, o + (five ? 48 : 16) + 32 * c, t);
+    const int j0 = 2 * c, j1 = 2 * c + 1;
+    const __m512i sc0 = k4_scale<ScaleIO>(hdr, j0), sc1 = k4_scale<ScaleIO>(hdr, j1);
+    const __m512i mn0 = k4_min<ScaleIO>(hdr, j0), mn1 = k4_min<ScaleIO>(hdr, j1);
+    const __m512i sl0 = _mm512_and_si512(sc0, _mm512_set1_epi32(low)), sh0 = _mm512_srli_epi32(sc0, split);
+    const __m512i sl1 = _mm512_and_si512(sc1, _mm512_set1_epi32(low)), sh1 = _mm512_srli_epi32(sc1, split);
+    const __m512i rep = _mm512_set1_epi32(0x01010101);
+    const __m512i m0 = _mm512_mullo_epi32(mn0, rep), m1 = _mm512_mullo_epi32(mn1, rep);
+    uint8_t* lo_t = up + 1024 * c;
+    uint8_t* hi_t = up + 1024 * (4 + c);
+    uint8_t* mn_t = up + 1024 * (8 + c);
+    for (int g = 0; g < 8; ++g) {
+      __m512i a = _mm512_and_si512(t[g], _mm512_set1_epi8(0x0F));
+      __m512i b = _mm512_and_si512(_mm512_srli_epi32(t[g], 4), _mm512_set1_epi8(0x0F));
+      if constexpr (five) {  // bit j0 / j1 of each qh byte -> bit 4
+        a = _mm512_or_si512(a, _mm512_and_si512(j0 <= 4 ? _mm512_slli_epi32(qh[g], 4 - j0) : _mm512_srli_epi32(qh[g], j0 - 4),
+                                                _mm512_set1_epi8(0x10)));
+        b = _mm512_or_si512(b, _mm512_and_si512(j1 <= 4 ? _mm512_slli_epi32(qh[g], 4 - j1) : _mm512_srli_epi32(qh[g], j1 - 4),
+                                                _mm512_set1_epi8(0x10)));
       }
-      if constexpr (T == GgmlType::Q5_0 || T == GgmlType::Q5_1) {
-        const __m512i qh = gather32(p, o + (T == GgmlType::Q5_0 ? 2 : 4));  // bit j: bit 4 of element j
-        for (int i = 0; i < 8; ++i) g[i] = _mm512_or_si512(g[i], hbit4(qh, 4 * i));
-      }
-      if constexpr (T == GgmlType::Q4_0 || T == GgmlType::Q5_0) {
-        const __m512i off = _mm512_set1_epi8(T == GgmlType::Q4_0 ? 8 : 16);
-        for (int i = 0; i < 8; ++i) g[i] = _mm512_sub_epi8(g[i], off);
+      _mm512_store_si512(lo_t + 64 * g, mul_u8(a, sl0));
+      _mm512_store_si512(lo_t + 64 * (8 + g), mul_u8(b, sl1));
+      _mm512_store_si512(hi_t + 64 * g, mul_u8(a, sh0));
+      _mm512_store_si512(hi_t + 64 * (8 + g), mul_u8(b, sh1));
+      _mm512_store_si512(mn_t + 64 * g, m0);
+      _mm512_store_si512(mn_t + 64 * (8 + g), m1);
+    }
+  }
+  _mm512_store_ps(reinterpret_cast<float*>(up + 12 * 1024), f16lo(hdr[0]));
+  _mm512_store_ps(reinterpret_cast<float*>(up + 12 * 1024 + 64), f16hi(hdr[0]));
+}
+
+// Q6_K super-block at byte o: the weights w - 32 as kernels_int8.h decodes them (G_{4j + g} for
+// sub-block j of 16), chunk c = sub-blocks 4c .. 4c + 3 = G_{16c} .. G_{16c + 15} = B tile rows.
+NPULLM_HOT void decode_q6k(const Rows16& p, int64_t o, uint8_t* up) {
+  __m512i scw[4];
+  tload4(p, o + 192, scw);
+  __m512i e[16][4];  // digits of the 16 sub-block scales
+  for (int j = 0; j < 16; ++j) {
+    __m512i sc = _mm512_srai_epi32(_mm512_slli_epi32(scw[j / 4], 24 - 8 * (j % 4)), 24);
+    for (int i = 0; i < 3; ++i) {  // e = ((sc + 1) & 3) - 1 in [-1, 2]; sc = (sc - e) / 4
+      e[j][i] = _mm512_sub_epi32(_mm512_and_si512(_mm512_add_epi32(sc, _mm512_set1_epi32(1)), _mm512_set1_epi32(3)),
+                                 _mm512_set1_epi32(1));
+      sc = _mm512_srai_epi32(_mm512_sub_epi32(sc, e[j][i]), 2);
+    }
+    e[j][3] = sc;  // in [-2, 2]
+  }
+  for (int h = 0; h < 2; ++h) {
+    __m512i a[8], b[8], qh[8];
+    tload8(p, o + 64 * h, a);
+    tload8(p, o + 64 * h + 32, b);
+    tload8(p, o + 128 + 32 * h, qh);
+    for (int g = 0; g < 8; ++g) {
+      // Element 128h + 32Q + 4g + i: G index 32h + 8Q + g (sub-block 8h + 2Q + g / 4).
+      const __m512i m4 = _mm512_set1_epi8(0x0F), m2 = _mm512_set1_epi8(0x30), off = _mm512_set1_epi8(32);
+      __m512i w[4];
+      w[0] = _mm512_or_si512(_mm512_and_si512(a[g], m4), _mm512_and_si512(_mm512_slli_epi32(qh[g], 4), m2));
+      w[1] = _mm512_or_si512(_mm512_and_si512(b[g], m4), _mm512_and_si512(_mm512_slli_epi32(qh[g], 2), m2));
+      w[2] = _mm512_or_si512(_mm512_and_si512(_mm512_srli_epi32(a[g], 4), m4), _mm512_and_si512(qh[g], m2));
+      w[3] = _mm512_or_si512(_mm512_and_si512(_mm512_srli_epi32(b[g], 4), m4), _mm512_and_si512(_mm512_srli_epi32(qh[g], 2), m2));
+      for (int q = 0; q < 4; ++q) {
+        const int G = 32 * h + 8 * q + g, j = G / 4, c = G / 16, row = G % 16;
+        const __m512i ws = _mm512_sub_epi8(w[q], off);
+        for (int i = 0; i < 4; ++i) _mm512_store_si512(up + 1024 * (4 * i + c) + 64 * row, mul_s8(ws, e[j][i]));
       }
     }
-    for (int i = 0; i < 8; ++i) _mm512_store_si512(bt + 512 * u + 64 * i, g[i]);
-    const __m512i dm = gather32(p, o);  // d (low half), m (high half) for Q4_1 / Q5_1
-    _mm512_store_ps(dw + 16 * u, _mm512_cvtph_ps(_mm512_cvtepi32_epi16(dm)));
-    if constexpr (has_min<T>())
-      _mm512_store_ps(mw + 16 * u, _mm512_cvtph_ps(_mm512_cvtepi32_epi16(_mm512_srli_epi32(dm, 16))));
+  }
+  _mm512_store_ps(reinterpret_cast<float*>(up + 16 * 1024), f16hi(gather32(p, o + 206)));
+}
+
+// Decodes units [0, nu) of a panel into pb (unit stride unit_bytes<T>()).
+template <GgmlType T>
+void decode_panel(const Rows16& p, int64_t nu, uint8_t* pb) {
+  for (int64_t u = 0; u < nu; ++u) {
+    uint8_t* up = pb + u * unit_bytes<T>();
+    const int64_t o = u * block_size<T>();
+    if constexpr (T == GgmlType::Q6_K) decode_q6k(p, o, up);
+    else if constexpr (kquant<T>()) decode_k4<T>(p, o, up);
+    else decode_block32<T>(p, o, up);
   }
 }
 
-// ---- one 16 x 16 output tile -------------------------------------------------------------------
+// ---- the float steps (kernels_int8.h, Numerics), 16 rows of x at a time ------------------------
 
-// The float step of block u for the 16 rows of the tile, from its C tile at c (16 x 16 int32).
-template <bool kMin>
-NPULLM_HOT void scale_block(const int32_t* c, const float* xd, const float* xs, int64_t ldd, int64_t u,
-                            const float* dw, const float* mw, __m512 (&acc)[16]) {
-  const __m512 dwv = _mm512_load_ps(dw + 16 * u);
+// Blocks of 32: block u from its C tile at c (16 x 16 int32).
+template <GgmlType T>
+NPULLM_HOT void scale_block32(const int32_t* c, const float* xd, const float* xs, int64_t ldd, int64_t u,
+                              const uint8_t* up, __m512 (&acc)[16]) {
+  const __m512 dwv = _mm512_load_ps(reinterpret_cast<const float*>(up + 512));
 #pragma GCC unroll 16
   for (int m = 0; m < 16; ++m) {
     const __m512 s = _mm512_mul_ps(_mm512_set1_ps(xd[m * ldd + u]), dwv);
     acc[m] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(_mm512_load_si512(c + 16 * m)), s, acc[m]);
-    if constexpr (kMin) acc[m] = _mm512_fmadd_ps(_mm512_load_ps(mw + 16 * u), _mm512_set1_ps(xs[m * ldd + u]), acc[m]);
+    if constexpr (has_min<T>())
+      acc[m] = _mm512_fmadd_ps(_mm512_load_ps(reinterpret_cast<const float*>(up + 576)), _mm512_set1_ps(xs[m * ldd + u]), acc[m]);
+  }
+}
+
+// Super-blocks: u from the C tiles at c (Q4_K / Q5_K: lo, hi, mn; Q6_K: the 4 digit tiles).
+template <GgmlType T>
+NPULLM_HOT void scale_block256(const int32_t* c, const float* xd, int64_t ldd, int64_t u, const uint8_t* up,
+                               __m512 (&acc)[16]) {
+  const __m512 d = _mm512_load_ps(reinterpret_cast<const float*>(up + (T == GgmlType::Q6_K ? 16 : 12) * 1024));
+#pragma GCC unroll 16
+  for (int m = 0; m < 16; ++m) {
+    const __m512 dx = _mm512_set1_ps(xd[m * ldd + u]);
+    const int32_t* r = c + 16 * m;
+    if constexpr (T == GgmlType::Q6_K) {
+      __m512i isc = _mm512_load_si512(r + 3 * 256);
+      for (int i = 2; i >= 0; --i) isc = _mm512_add_epi32(_mm512_slli_epi32(isc, 2), _mm512_load_si512(r + i * 256));
+      acc[m] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(isc), _mm512_mul_ps(dx, d), acc[m]);
+    } else {
+      const __m512 dmin = _mm512_load_ps(reinterpret_cast<const float*>(up + 12 * 1024 + 64));
+      const __m512i isc = _mm512_add_epi32(_mm512_load_si512(r), _mm512_slli_epi32(_mm512_load_si512(r + 256), T == GgmlType::Q5_K ? 3 : 4));
+      const __m512i imn = _mm512_sub_epi32(_mm512_setzero_si512(), _mm512_load_si512(r + 512));
+      acc[m] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(isc), _mm512_mul_ps(dx, d), acc[m]);
+      acc[m] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(imn), _mm512_mul_ps(dx, dmin), acc[m]);
+    }
   }
 }
 
@@ -214,67 +379,155 @@ NPULLM_HOT void store_rows(const __m512 (&acc)[16], int rows, int valid, const f
   }
 }
 
-// One tile: x rows [m0, m0 + rows) (rows <= 16; a, xd, xs: the tile's first row of q, d, s, row
-// strides ldq, ldd, ldd; 16 rows are read) against the panel's weight rows [n, n + valid), all nb
-// blocks in order, stored as store_rows does. The 16 accumulators stay in registers throughout.
-template <bool kMin>
-void tile_rows(const int8_t* a, int64_t ldq, const float* xd, const float* xs, int64_t ldd, const uint8_t* bt,
-               const float* dw, const float* mw, int64_t nb, int32_t* cbuf, int rows, int valid,
-               const float* bias, const float* res, float* out, int64_t N, int64_t m0, int64_t n) {
+// ---- one 16 x 16 output tile, one K slice ----------------------------------------------------------
+
+// x rows [m0, m0 + rows) (rows <= 16; a, xd, xs: the tile's first row of q, d, s with row strides
+// ldq, ldd, ldd; 16 rows are read) against the panel's weight rows [n, n + valid), units [u0, u1)
+// in order. The 16 accumulators stay in registers for the slice; between slices they are parked
+// in `save` (16 x 16 floats, stored and reloaded exactly). The first slice starts them at +0, the
+// last stores the outputs as store_rows does.
+struct TileArgs {
+  const int8_t* a;
+  int64_t ldq;
+  const float *xd, *xs;
+  int64_t ldd;
+  int rows, valid;
+  const float *bias, *res;
+  float* out;
+  int64_t N, m0, n;
+};
+
+template <GgmlType T>
+void tile_slice(const TileArgs& t, const uint8_t* pb, int64_t u0, int64_t u1, bool first, bool last, float* save,
+                int32_t* cbuf) {
+  constexpr int64_t UB = unit_bytes<T>();
+  const int8_t* a = t.a;
+  const int64_t ldq = t.ldq, ldd = t.ldd;
   __m512 acc[16];
 #pragma GCC unroll 16
-  for (int m = 0; m < 16; ++m) acc[m] = _mm512_setzero_ps();
-  int32_t* c0 = cbuf;
-  int32_t* c1 = cbuf + 256;
-  int64_t u = 0;
-  for (; u + 2 <= nb; u += 2) {
-    _tile_loadd(0, a + 32 * u, ldq);
-    _tile_loadd(2, bt + 512 * u, 64);
-    _tile_zero(4);
-    _tile_dpbssd(4, 0, 2);
-    _tile_loadd(1, a + 32 * (u + 1), ldq);
-    _tile_loadd(3, bt + 512 * (u + 1), 64);
-    _tile_zero(5);
-    _tile_dpbssd(5, 1, 3);
-    _tile_stored(4, c0, 64);
-    scale_block<kMin>(c0, xd, xs, ldd, u, dw, mw, acc);
-    _tile_stored(5, c1, 64);
-    scale_block<kMin>(c1, xd, xs, ldd, u + 1, dw, mw, acc);
+  for (int m = 0; m < 16; ++m) acc[m] = first ? _mm512_setzero_ps() : _mm512_load_ps(save + 16 * m);
+  if constexpr (!kquant<T>()) {
+    // Two blocks in flight: tiles 0 / 2 / 4 and 1 / 3 / 5.
+    int32_t* c0 = cbuf;
+    int32_t* c1 = cbuf + 256;
+    int64_t u = u0;
+    for (; u + 2 <= u1; u += 2) {
+      _tile_loadd(0, a + 32 * u, ldq);
+      _tile_loadd(2, pb + UB * u, 64);
+      _tile_zero(4);
+      _tile_dpbssd(4, 0, 2);
+      _tile_loadd(1, a + 32 * (u + 1), ldq);
+      _tile_loadd(3, pb + UB * (u + 1), 64);
+      _tile_zero(5);
+      _tile_dpbssd(5, 1, 3);
+      _tile_stored(4, c0, 64);
+      scale_block32<T>(c0, t.xd, t.xs, ldd, u, pb + UB * u, acc);
+      _tile_stored(5, c1, 64);
+      scale_block32<T>(c1, t.xd, t.xs, ldd, u + 1, pb + UB * (u + 1), acc);
+    }
+    if (u < u1) {
+      _tile_loadd(0, a + 32 * u, ldq);
+      _tile_loadd(2, pb + UB * u, 64);
+      _tile_zero(4);
+      _tile_dpbssd(4, 0, 2);
+      _tile_stored(4, c0, 64);
+      scale_block32<T>(c0, t.xd, t.xs, ldd, u, pb + UB * u, acc);
+    }
+  } else {
+    for (int64_t u = u0; u < u1; ++u) {
+      const int8_t* au = a + 256 * u;
+      const uint8_t* up = pb + UB * u;
+      _tile_zero(4);
+      _tile_zero(5);
+      _tile_zero(6);
+      if constexpr (T == GgmlType::Q6_K) {
+        _tile_zero(7);
+#pragma GCC unroll 4
+        for (int c = 0; c < 4; ++c) {  // signed weights: TDPBSSD
+          if (c % 2 == 0) _tile_loadd(0, au + 64 * c, ldq);
+          else _tile_loadd(1, au + 64 * c, ldq);
+          _tile_loadd(2, up + 1024 * (0 + c), 64);
+          _tile_loadd(3, up + 1024 * (4 + c), 64);
+          if (c % 2 == 0) {
+            _tile_dpbssd(4, 0, 2);
+            _tile_dpbssd(5, 0, 3);
+          } else {
+            _tile_dpbssd(4, 1, 2);
+            _tile_dpbssd(5, 1, 3);
+          }
+          _tile_loadd(2, up + 1024 * (8 + c), 64);
+          _tile_loadd(3, up + 1024 * (12 + c), 64);
+          if (c % 2 == 0) {
+            _tile_dpbssd(6, 0, 2);
+            _tile_dpbssd(7, 0, 3);
+          } else {
+            _tile_dpbssd(6, 1, 2);
+            _tile_dpbssd(7, 1, 3);
+          }
+        }
+        _tile_stored(4, cbuf, 64);
+        _tile_stored(5, cbuf + 256, 64);
+        _tile_stored(6, cbuf + 512, 64);
+        _tile_stored(7, cbuf + 768, 64);
+      } else {
+#pragma GCC unroll 4
+        for (int c = 0; c < 4; ++c) {  // unsigned weight bytes: TDPBSUD
+          if (c % 2 == 0) _tile_loadd(0, au + 64 * c, ldq);
+          else _tile_loadd(1, au + 64 * c, ldq);
+          _tile_loadd(2, up + 1024 * (0 + c), 64);
+          _tile_loadd(3, up + 1024 * (4 + c), 64);
+          _tile_loadd(7, up + 1024 * (8 + c), 64);
+          if (c % 2 == 0) {
+            _tile_dpbsud(4, 0, 2);
+            _tile_dpbsud(5, 0, 3);
+            _tile_dpbsud(6, 0, 7);
+          } else {
+            _tile_dpbsud(4, 1, 2);
+            _tile_dpbsud(5, 1, 3);
+            _tile_dpbsud(6, 1, 7);
+          }
+        }
+        _tile_stored(4, cbuf, 64);
+        _tile_stored(5, cbuf + 256, 64);
+        _tile_stored(6, cbuf + 512, 64);
+      }
+      scale_block256<T>(cbuf, t.xd, ldd, u, up, acc);
+    }
   }
-  if (u < nb) {
-    _tile_loadd(0, a + 32 * u, ldq);
-    _tile_loadd(2, bt + 512 * u, 64);
-    _tile_zero(4);
-    _tile_dpbssd(4, 0, 2);
-    _tile_stored(4, c0, 64);
-    scale_block<kMin>(c0, xd, xs, ldd, u, dw, mw, acc);
+  if (last) {
+    store_rows(acc, t.rows, t.valid, t.bias, t.res, t.out, t.N, t.m0, t.n);
+  } else {
+#pragma GCC unroll 16
+    for (int m = 0; m < 16; ++m) _mm512_store_ps(save + 16 * m, acc[m]);
   }
-  store_rows(acc, rows, valid, bias, res, out, N, m0, n);
 }
 
 // ---- driver --------------------------------------------------------------------------------------
-
-// work = [XQ of kChunkRows rows (xq_view layout) | panel: B tiles 512 nb | dw 64 nb | mw 64 nb].
-// That is within int8_work_bytes(K), which kernels.cpp sizes `work` for: its activation part is
-// larger than xq_all_bytes(kChunkRows, K) and its panel part holds 2 x 704 bytes per block.
-constexpr int64_t amx_work_bytes(int64_t K) { return align64(xq_all_bytes(kChunkRows, K)) + 640 * (K / 32); }
-static_assert(amx_work_bytes(32) <= int8_work_bytes(32) && amx_work_bytes(4096) <= int8_work_bytes(4096) &&
-              amx_work_bytes(32 * 1023) <= int8_work_bytes(32 * 1023));
+//
+// Cache blocking. A tile multiply reads 512 bytes (1 KiB for the K-quants) of x and as much of
+// decoded weights per unit, and a tile load that misses L1 stalls the tile pipeline. So a group of
+// panels is decoded at a time, and K runs in slices: for each slice, every 16-row tile of x runs
+// against the panels of the group, so the tile's x slice comes from L2 once and is reused from L1
+// by every panel, while the panels' slices stay in L1 for all tiles. The accumulators of the
+// tiles x panels in flight are parked in `work` between slices, for up to kAmxSuperRows rows of x
+// at a time (kernels_amx.h). Blocks of 32: kAmxGroup32 panels, slices of kAmxSlice32 blocks;
+// super-blocks: kAmxGroup256 panels, slices of one super-block.
 
 template <GgmlType T>
 void amx_gemm(const float* x, int64_t M, int64_t K, const uint8_t* W, size_t row_bytes, const float* bias,
               const float* res, float* out, int64_t N, int64_t n0, int64_t n1, void* work, const void* xpre) {
-  constexpr bool kMin = has_min<T>();
+  constexpr int kGroup = kquant<T>() ? kAmxGroup256 : kAmxGroup32;
+  constexpr int64_t kSlice = kquant<T>() ? 1 : kAmxSlice32;
+  const int64_t nu = K / unit_elems_amx<T>();
+  const int64_t pbytes = nu * unit_bytes<T>();
   auto* base = static_cast<uint8_t*>(work);
   base += (64 - reinterpret_cast<uintptr_t>(base) % 64) % 64;
   const XQ wq = xq_view(base, kChunkRows, K, 0);  // x quantised here, or the padded last rows
-  const int64_t nb = K / 32;
-  uint8_t* bt = base + align64(xq_all_bytes(kChunkRows, K));
-  float* dw = reinterpret_cast<float*>(bt + 512 * nb);
-  float* mw = dw + 16 * nb;
-  alignas(64) int32_t cbuf[512];
+  uint8_t* panels = base + align64(xq_all_bytes(kChunkRows, K));
+  float* parked = reinterpret_cast<float*>(panels + kGroup * pbytes);
+  alignas(64) int32_t cbuf[1024];
 
-  _tile_loadconfig(&kConfig);
+  _tile_loadconfig(kquant<T>() ? &kConfig256 : &kConfig32);
   const int64_t chunk = xpre ? M : kChunkRows;
   for (int64_t m0 = 0; m0 < M; m0 += chunk) {
     const int64_t mc = M - m0 < chunk ? M - m0 : chunk;
@@ -306,33 +559,61 @@ void amx_gemm(const float* x, int64_t M, int64_t K, const uint8_t* W, size_t row
         std::memset(tq.s + i * tq.ldd, 0, static_cast<size_t>(4 * (K / 32)));
       }
     }
-    for (int64_t n = n0; n < n1; n += 16) {
-      Rows16 p;
-      make_rows(W, row_bytes, n, n1, p);
-      decode_panel<T>(p, nb, bt, dw, mw);
+    const int64_t tiles = (mc + 15) / 16;  // tile i: rows [16 i, 16 i + 16) of the chunk (the last may be tq)
+    for (int64_t ng = n0; ng < n1; ng += 16 * kGroup) {
+      Rows16 pr[kGroup];
+      int np = 0;
+      for (; np < kGroup && ng + 16 * np < n1; ++np) {
+        make_rows(W, row_bytes, ng + 16 * np, n1, pr[np]);
+        decode_panel<T>(pr[np], nu, panels + np * pbytes);
+      }
       compiler_barrier();
-      for (int64_t m = 0; m < full; m += 16)
-        tile_rows<kMin>(xq.q + m * xq.ldq, xq.ldq, xq.d + m * xq.ldd, xq.s + m * xq.ldd, xq.ldd, bt, dw, mw, nb,
-                        cbuf, 16, p.valid, bias, res, out, N, m0 + m, n);
-      if (tail)
-        tile_rows<kMin>(tq.q, tq.ldq, tq.d, tq.s, tq.ldd, bt, dw, mw, nb, cbuf, static_cast<int>(tail), p.valid,
-                        bias, res, out, N, m0 + full, n);
+      for (int64_t t0 = 0; t0 < tiles; t0 += kAmxSuperRows / 16) {
+        const int64_t t1 = tiles - t0 < kAmxSuperRows / 16 ? tiles : t0 + kAmxSuperRows / 16;
+        for (int64_t u0 = 0; u0 < nu; u0 += kSlice) {
+          const int64_t u1 = nu - u0 < kSlice ? nu : u0 + kSlice;
+          for (int64_t i = t0; i < t1; ++i) {
+            const bool is_tail = 16 * i >= full;
+            const XQ& src = is_tail ? tq : xq;
+            const int64_t r = is_tail ? 0 : 16 * i;
+            for (int q = 0; q < np; ++q) {
+              const TileArgs ta{src.q + r * src.ldq, src.ldq, src.d + r * src.ldd, src.s + r * src.ldd, src.ldd,
+                                is_tail ? static_cast<int>(tail) : 16, pr[q].valid, bias, res, out, N, m0 + 16 * i,
+                                ng + 16 * q};
+              tile_slice<T>(ta, panels + q * pbytes, u0, u1, u0 == 0, u1 == nu,
+                            parked + ((i - t0) * kGroup + q) * 256, cbuf);
+            }
+          }
+        }
+      }
     }
   }
   _tile_release();
+}
+
+// Fewest rows of x for which the AMX path beats the VNNI one: below them the panels' decode, done
+// once per call and shared by few tiles, and the padding of the last tile to 16 rows cost more
+// than the tiles save (measured on M x 2048 x 2048: AMX is slower at M = 8 for every type, at
+// M = 16 for the K-quants, at M = 32 for Q6_K, whose decode is the dearest). Either path gives
+// the same bits, so this only moves time.
+constexpr int64_t amx_min_rows(GgmlType t) {
+  return t == GgmlType::Q6_K ? 64 : (t == GgmlType::Q4_K || t == GgmlType::Q5_K) ? 32 : 16;
 }
 
 void amx_matmul(const float* x, int64_t M, int64_t K, const void* Wv, GgmlType wt, size_t row_bytes,
                 const float* bias, const float* res, float* out, int64_t N, int64_t n0, int64_t n1, float* work,
                 const void* xq) {
   const auto* W = static_cast<const uint8_t*>(Wv);
-  if (M > kGemvMaxM) {
+  if (M > kGemvMaxM && M >= amx_min_rows(wt)) {
     switch (wt) {
       case GgmlType::Q4_0: amx_gemm<GgmlType::Q4_0>(x, M, K, W, row_bytes, bias, res, out, N, n0, n1, work, xq); return;
       case GgmlType::Q4_1: amx_gemm<GgmlType::Q4_1>(x, M, K, W, row_bytes, bias, res, out, N, n0, n1, work, xq); return;
       case GgmlType::Q5_0: amx_gemm<GgmlType::Q5_0>(x, M, K, W, row_bytes, bias, res, out, N, n0, n1, work, xq); return;
       case GgmlType::Q5_1: amx_gemm<GgmlType::Q5_1>(x, M, K, W, row_bytes, bias, res, out, N, n0, n1, work, xq); return;
       case GgmlType::Q8_0: amx_gemm<GgmlType::Q8_0>(x, M, K, W, row_bytes, bias, res, out, N, n0, n1, work, xq); return;
+      case GgmlType::Q4_K: amx_gemm<GgmlType::Q4_K>(x, M, K, W, row_bytes, bias, res, out, N, n0, n1, work, xq); return;
+      case GgmlType::Q5_K: amx_gemm<GgmlType::Q5_K>(x, M, K, W, row_bytes, bias, res, out, N, n0, n1, work, xq); return;
+      case GgmlType::Q6_K: amx_gemm<GgmlType::Q6_K>(x, M, K, W, row_bytes, bias, res, out, N, n0, n1, work, xq); return;
       default: break;
     }
   }
