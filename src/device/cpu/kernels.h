@@ -29,7 +29,7 @@ void rmsnorm_rows(const float* x, const float* w, float* out, int64_t D, float e
 //    Q8_K-style blocks of 256), as llama.cpp does on the CPU: each row of x is quantised to int8
 //    per block, the dot product of each weight block is an exact integer, and the blocks' scaled
 //    sums are accumulated in one float chain per output. The exact rules are in kernels_int8.h;
-//    every code path (scalar, avx2, avx512) gives the same bits.
+//    every code path (scalar, avx2, avx512, amx) gives the same bits.
 // Either way M = 1 (decode) and M > 1 (prefill) agree bit for bit, and so does any [n0, n1) split.
 // work: matmul_work_floats(K) floats; may be null only when M == 1 and wt is F32, F16 or BF16
 // (decode streams the weights without scratch).

@@ -1,7 +1,7 @@
 // AMX (Advanced Matrix Extensions: AMX-TILE + AMX-INT8) code path for the prefill matmul with
-// int8 activations (kernels_int8.h), for the weight types with Q8_0-style activations: Q4_0,
-// Q4_1, Q5_0, Q5_1 and Q8_0. Everything else (decode, M <= kGemvMaxM; the K-quants; the
-// F32-activation types) and the other kernels (quantize_x, attention, swiglu) are the AVX-512
+// int8 activations (kernels_int8.h): Q4_0, Q4_1, Q5_0, Q5_1, Q8_0 (blocks of 32) and Q4_K, Q5_K,
+// Q6_K (super-blocks of 256), for M >= amx_min_rows(type). Everything else (decode and small M;
+// the F32-activation types) and the other kernels (quantize_x, attention, swiglu) are the AVX-512
 // path's: amx_kernels() is avx512_kernels() with another matmul.
 //
 // Built with the AVX-512 flags plus -mamx-tile -mamx-int8 when the compiler has them
@@ -14,29 +14,33 @@
 //
 // ---- Numerics: the same bits as every other path -------------------------------------------
 //
-// TDPBSSD C += A . B multiplies int8 tiles exactly into int32: A is 16 rows of int8, B holds K/4
-// rows of 16 columns x 4 bytes ("VNNI layout": row g, column n = elements 4g .. 4g + 3 of
-// column n), C is 16 x 16 int32. With K = 32, one multiply is one weight block u:
-//   A = 16 rows of quantised activations, x.q + m * ldq + 32 u (XQ as it is, stride ldq)
-//   B = the block of a panel of 16 weight rows: the vectors G_0..G_7 of kernels_int8.h's vector
-//       layout, but holding the weights as signed bytes w (no offset, so no start term c)
-//   C[m][n] = sum_k q[m][k] w[n][k] = I, the exact integer of the numerics.
-// C goes to memory and row m (16 outputs of one x row) takes the float step of every path:
-//   acc[m] = fma(float(I), dx[m] * dw, acc[m])  (then fma(mw, s[m], acc[m]) for Q4_1 / Q5_1),
-// blocks in increasing order, the 16 acc vectors staying in registers from the first block to
-// the last. Each output is therefore the same chain of the same IEEE operations as in the VNNI
-// and scalar paths, whatever the tile, chunk or [n0, n1) split it falls in.
+// TDPBSSD / TDPBSUD C += A . B multiply int8 tiles exactly into int32: A is 16 rows of signed
+// bytes, B holds K/4 rows of 16 columns x 4 bytes ("VNNI layout": row g, column n = elements
+// 4g .. 4g + 3 of column n; signed or unsigned), C is 16 x 16 int32. A is always 16 rows of the
+// quantised activations straight from XQ (x.q + m * ldq, stride ldq); B is a panel of 16 weight
+// rows decoded into kernels_int8.h's vector layout (G vectors, lane = weight row).
+//  - Blocks of 32: one multiply with K = 32 is one block u, B holding the signed weights w (no
+//    offset, so no start term c): C[m][n] = I exactly. C goes to memory and row m takes the float
+//    step of every path, acc[m] = fma(float(I), dx[m] * dw, acc[m]) (then fma(mw, s[m], acc[m])
+//    for Q4_1 / Q5_1), once per block.
+//  - Super-blocks: a sub-block scale sc multiplies each weight, so the weights are decoded with
+//    the scale folded in, split in parts small enough that every product is a byte, and the
+//    parts' integer sums are put back together exactly (layout below): Q4_K / Q5_K give
+//    Isc = C_lo + 2^S C_hi and Imn = C_mn, Q6_K Isc = C_0 + 4 C_1 + 16 C_2 + 64 C_3, each C a
+//    tile accumulated over the whole super-block (4 multiplies of K = 64). Then the float steps
+//    of kernels_int8.h, once per super-block.
+// Units go in increasing order and the 16 acc vectors of a tile are the same float chains as in
+// the VNNI and scalar paths, whatever the tile, chunk, slice or [n0, n1) split an output falls in
+// (between K slices they are parked in memory and reloaded exactly).
 //
-// ---- Loop structure -------------------------------------------------------------------------
+// ---- Cost ----------------------------------------------------------------------------------------
 //
-// For each chunk of x rows (all M rows when x comes pre-quantised, else kChunkRows quantised into
-// `work`), for each panel of 16 weight rows: the panel's blocks are decoded once into `work`
-// (B tiles 512 bytes each, then dw and mw as float vectors), then every 16-row tile of the chunk
-// runs over all blocks. Two blocks are in flight (A, B, C tiles 0/2/4 and 1/3/5), so the tile
-// unit multiplies block u + 1 while the vector units scale block u. The float step (convert,
-// multiply, fma per 16 outputs and block) is the bottleneck: the integer products cost the tile
-// unit 16 cycles per block and tile, the float step about 24 on the two vector ports.
-// The last rows of a chunk (M % 16) run as one more tile, padded with zero rows (zero scales).
+// Per 16 x 16 tile and block of 32, a multiply (~13 reference cycles) and a tile store (~11) on
+// the tile unit, and the float step (convert, multiply, fma per 16 outputs: 48 vector ops) on the
+// AVX-512 ports. On the Xeon this was written on, tile instructions and AVX-512 work did not run
+// in parallel (a loop of both took the sum of their times), so the blocks of 32 gain little
+// (~1.2-1.4x over VNNI): the float step, one per block, stays. The super-blocks need one float
+// step per 256 values and so gain more (~1.5-2x). Measurements: bench/bench_kernels.cpp, PrefillIsa.
 #include "device/cpu/kernels_impl.h"
 
 #if defined(__AMX_TILE__) && defined(__AMX_INT8__) && defined(__AVX512F__) && defined(__AVX512BW__)
@@ -403,6 +407,16 @@ void tile_slice(const TileArgs& t, const uint8_t* pb, int64_t u0, int64_t u1, bo
   constexpr int64_t UB = unit_bytes<T>();
   const int8_t* a = t.a;
   const int64_t ldq = t.ldq, ldd = t.ldd;
+  if (last) {
+    // The outputs' cache lines, for writing, while the slice runs: out is large and cold, and a
+    // tile store waits for the stores before it, so 16 store misses at the end of every tile
+    // stalled the tile pipeline (measured: M = 512, K = 2048, N = 5632 ran at VNNI speed).
+    for (int i = 0; i < t.rows; ++i) {
+      const float* o = t.out + (t.m0 + i) * t.N + t.n;
+      asm volatile("prefetchw %0" ::"m"(*o));
+      asm volatile("prefetchw %0" ::"m"(o[t.valid - 1]));
+    }
+  }
   __m512 acc[16];
 #pragma GCC unroll 16
   for (int m = 0; m < 16; ++m) acc[m] = first ? _mm512_setzero_ps() : _mm512_load_ps(save + 16 * m);
