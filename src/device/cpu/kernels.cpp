@@ -256,7 +256,7 @@ bool cpu_has_amx() {
   return ok;
 }
 #else
-bool cpu_has_amx() { return false; }
+[[maybe_unused]] bool cpu_has_amx() { return false; }
 #endif
 
 // 0 = scalar, 1 = avx2, 2 = avx512, 3 = amx: paths are ordered, a CPU that runs one runs the lower ones.
