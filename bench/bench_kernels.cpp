@@ -10,6 +10,8 @@
 //                             memory, not from cache, as in a real model.
 // Prefill/<type>/M/K/N/<threads>  M tokens at once; FLOP/s = 2 M N K / time.
 // PoolStage/<threads>         an empty stage of the worker pool: its synchronisation cost.
+// PrefillIsa/<isa>/<type>/M/K/N/<threads>  the same on a forced path (avx512 = VNNI, amx), x
+//                             quantised up front as the device does: paths side by side in one run.
 // Matmuls are split over N in chunks like the CPU device does (threads * 4 chunks, multiples of
 // 16 rows) and run on its worker pool. The machine is often shared: quote medians.
 #include <benchmark/benchmark.h>
@@ -216,6 +218,38 @@ void BM_PoolStage(benchmark::State& st, int threads) {
   benchmark::DoNotOptimize(done.data());
 }
 
+// The prefill matmul on a forced code path (e.g. "avx512" = VNNI against "amx"), with x
+// quantised once up front as the CPU device does for a stage (outside the timed loop), so paths
+// compare on the same shapes in one run. The previously active path is restored afterwards.
+void BM_PrefillIsa(benchmark::State& st, std::string isa, GgmlType t, int64_t M, int64_t K, int64_t N, int threads) {
+  const std::string before = cpu::kernel_isa();
+  if (!cpu::kernel_force_isa(isa.c_str())) {
+    st.SkipWithError(("this CPU or build has no " + isa + " path").c_str());
+    return;
+  }
+  auto p = make_problem(t, M, K, N, threads, /*use_arena=*/false);
+  const int64_t xq_bytes = cpu::prequantized_x_bytes(t, M, K);
+  Buffer xq = alloc(static_cast<size_t>(std::max<int64_t>(xq_bytes, 64)));
+  if (xq_bytes > 0) cpu::prequantize_x(t, p->x.data(), M, K, xq.get(), 0, M);
+  cpu::WorkerPool pool(threads);
+  const int64_t grain = 16;
+  const int64_t chunks = std::min<int64_t>((N + grain - 1) / grain, pool.threads() * 4);
+  const int64_t per = (N + chunks - 1) / chunks;
+  const int64_t step = (per + grain - 1) / grain * grain;
+  for (auto _ : st) {
+    pool.run(chunks, [&](int64_t c, int worker) {
+      const int64_t b = std::min(N, c * step), e = std::min(N, b + step);
+      if (b < e)
+        cpu::matmul(p->x.data(), M, K, p->copy(0), t, nullptr, nullptr, p->out.data(), N, b, e,
+                    p->work[static_cast<size_t>(worker)].data(), xq_bytes > 0 ? xq.get() : nullptr);
+    });
+  }
+  benchmark::DoNotOptimize(p->out.data());
+  st.counters["FLOP/s"] = benchmark::Counter(2.0 * double(M) * double(N) * double(K) * double(st.iterations()),
+                                             benchmark::Counter::kIsRate);
+  cpu::kernel_force_isa(before.c_str());
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -246,6 +280,19 @@ int main(int argc, char** argv) {
             ->Unit(benchmark::kMillisecond);
       }
   }
+  // PrefillIsa/<isa>/<type>/M/K/N/<threads>: the AVX-512 VNNI and AMX paths side by side
+  // (TinyLlama's attention and ffn_up/gate shapes, and a 64-token prefill chunk).
+  const GgmlType isa_types[] = {GgmlType::Q4_0, GgmlType::Q8_0, GgmlType::Q5_0, GgmlType::Q4_K, GgmlType::Q6_K};
+  for (int threads : {1, 2})
+    for (GgmlType t : isa_types)
+      for (auto [M, N] : {std::pair<int64_t, int64_t>{512, 2048}, {512, 5632}, {64, 2048}})
+        for (const char* isa : {"avx512", "amx"}) {
+          const std::string name = "PrefillIsa/" + std::string(isa) + "/" + std::string(npullm::ggml_type_name(t)) + "/" +
+                                   std::to_string(M) + "/2048/" + std::to_string(N) + "/" + std::to_string(threads);
+          benchmark::RegisterBenchmark(name.c_str(), BM_PrefillIsa, std::string(isa), t, M, int64_t{2048}, N, threads)
+              ->UseRealTime()
+              ->Unit(benchmark::kMillisecond);
+        }
   benchmark::Initialize(&argc, argv);
   benchmark::RunSpecifiedBenchmarks();
   benchmark::Shutdown();

@@ -23,11 +23,11 @@ namespace {
 
 constexpr float kInf = std::numeric_limits<float>::infinity();
 
-const char* const kIsas[] = {"scalar", "avx2", "avx512"};
+const char* const kIsas[] = {"scalar", "avx2", "avx512", "amx"};
 
 // Restores the best path after a test that forced one.
 void force_best() {
-  if (!kernel_force_isa("avx512") && !kernel_force_isa("avx2")) kernel_force_isa("scalar");
+  if (!kernel_force_isa("amx") && !kernel_force_isa("avx512") && !kernel_force_isa("avx2")) kernel_force_isa("scalar");
 }
 
 bool same_bits(float a, float b) { return std::memcmp(&a, &b, 4) == 0; }
@@ -526,6 +526,68 @@ TEST_P(KernelIsa, Int8MatmulIndependentOfSplit) {
   }
 }
 
+// Prefill shapes around the AMX tiles (16 rows of x by 16 weight rows, one block of 32 per tile
+// multiply) and the 64-row activation chunks: M not a multiple of 16, N not a multiple of 16 or
+// 32, K of one block and of many (odd counts too), x quantised inside the matmul or up front.
+// Every path gives the model's bits.
+TEST_P(KernelIsa, Int8PrefillTileEdgesMatchModelBitForBit) {
+  struct Shape { int64_t M, N, K; };
+  const Shape shapes[] = {{5, 16, 32},  {16, 17, 32},   {17, 31, 64},  {33, 33, 96}, {47, 48, 352},
+                          {64, 40, 544}, {65, 15, 160}, {100, 50, 64}, {31, 1, 256}};
+  uint32_t seed = 1100;
+  for (const MatmulCase& c : matmul_cases()) {
+    if (!uses_int8(c.type)) continue;
+    for (const Shape& sh : shapes) {
+      const int64_t M = sh.M, N = sh.N, K = c.Ks.back() % 256 == 0 ? (sh.K + 255) / 256 * 256 : sh.K;
+      SCOPED_TRACE(std::string(c.name) + " M=" + std::to_string(M) + " N=" + std::to_string(N) + " K=" + std::to_string(K));
+      const Weights w = make_weights(c.type, N, K, seed++);
+      const std::vector<float> x = randn(static_cast<size_t>(M * K), seed++);
+      const std::vector<float> bias = randn(static_cast<size_t>(N), seed++);
+      const std::vector<float> res = randn(static_cast<size_t>(M * N), seed++);
+      const bool extras = M % 2 == 1;
+      const float* b = extras ? bias.data() : nullptr;
+      const float* r = extras ? res.data() : nullptr;
+      const std::vector<float> want = int8_model_matmul(x, M, w, b, r);
+      const int64_t cut = N > 16 ? 16 : N;
+      const std::vector<float> got = run_matmul(x, M, w, b, r, {{0, cut}, {cut, N}});
+      for (size_t i = 0; i < got.size(); ++i)
+        ASSERT_TRUE(same_bits(got[i], want[i])) << "element " << i << ": " << got[i] << " vs " << want[i];
+      std::vector<uint8_t> store(static_cast<size_t>(prequantized_x_bytes(c.type, M, K)) + 64);
+      void* xq = store.data() + (64 - reinterpret_cast<uintptr_t>(store.data()) % 64) % 64;
+      prequantize_x(c.type, x.data(), M, K, xq, 0, M);
+      std::vector<float> pre(static_cast<size_t>(M * N)), work(static_cast<size_t>(matmul_work_floats(K)));
+      matmul(x.data(), M, K, w.bytes.data(), w.type, b, r, pre.data(), N, 0, N, work.data(), xq);
+      for (size_t i = 0; i < pre.size(); ++i)
+        ASSERT_TRUE(same_bits(pre[i], want[i])) << "pre-quantised, element " << i << ": " << pre[i] << " vs " << want[i];
+    }
+  }
+}
+
+// The AMX path (where this CPU and build have it) against the AVX-512 VNNI path at model-like
+// shapes, bit for bit: both quantise x the same way and compute the same integers and chains.
+TEST(KernelAmx, MatchesVnniBitForBit) {
+  if (!kernel_force_isa("amx")) GTEST_SKIP() << "this CPU or build has no AMX path";
+  struct Shape { int64_t M, N, K; };
+  const Shape shapes[] = {{3, 40, 512}, {64, 96, 2048}, {77, 70, 1024}, {130, 48, 768}};
+  uint32_t seed = 1300;
+  for (GgmlType t : {GgmlType::Q4_0, GgmlType::Q4_1, GgmlType::Q5_0, GgmlType::Q5_1, GgmlType::Q8_0, GgmlType::Q4_K,
+                     GgmlType::Q5_K, GgmlType::Q6_K}) {
+    for (const Shape& sh : shapes) {
+      SCOPED_TRACE(std::string(ggml_type_name(t)) + " M=" + std::to_string(sh.M) + " N=" + std::to_string(sh.N));
+      const Weights w = make_weights(t, sh.N, sh.K, seed++);
+      const std::vector<float> x = randn(static_cast<size_t>(sh.M * sh.K), seed++);
+      const std::vector<float> bias = randn(static_cast<size_t>(sh.N), seed++);
+      ASSERT_TRUE(kernel_force_isa("amx"));
+      const std::vector<float> amx = run_matmul(x, sh.M, w, bias.data(), nullptr, {{0, 32}, {32, sh.N}});
+      ASSERT_TRUE(kernel_force_isa("avx512"));
+      const std::vector<float> vnni = run_matmul(x, sh.M, w, bias.data(), nullptr, {{0, sh.N}});
+      for (size_t i = 0; i < amx.size(); ++i)
+        ASSERT_TRUE(same_bits(amx[i], vnni[i])) << "element " << i << ": " << amx[i] << " vs " << vnni[i];
+    }
+  }
+  force_best();
+}
+
 // stories260K-like shape: F32, dim 64. The scalar path sums in llama2.c's order exactly.
 TEST_P(KernelIsa, F32MatmulMatchesSequentialFloatSum) {
   const int64_t K = 64, N = 32;
@@ -936,7 +998,7 @@ INSTANTIATE_TEST_SUITE_P(Isa, KernelIsa, ::testing::ValuesIn(kIsas),
 
 TEST(KernelDispatch, ReportsAPathAndRefusesUnknownOnes) {
   const std::string isa = kernel_isa();
-  EXPECT_TRUE(isa == "scalar" || isa == "avx2" || isa == "avx512") << isa;
+  EXPECT_TRUE(isa == "scalar" || isa == "avx2" || isa == "avx512" || isa == "amx") << isa;
   EXPECT_TRUE(kernel_force_isa("scalar"));  // always available
   EXPECT_STREQ(kernel_isa(), "scalar");
   EXPECT_FALSE(kernel_force_isa("sse9"));
@@ -947,7 +1009,7 @@ TEST(KernelDispatch, ReportsAPathAndRefusesUnknownOnes) {
   __builtin_cpu_init();
   if (__builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
       __builtin_cpu_supports("avx512vl") && __builtin_cpu_supports("avx512dq")) {
-    EXPECT_STREQ(kernel_isa(), "avx512");
+    EXPECT_TRUE(std::string(kernel_isa()) == "avx512" || std::string(kernel_isa()) == "amx") << kernel_isa();
   }
 #endif
 }

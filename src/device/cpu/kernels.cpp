@@ -13,6 +13,10 @@
 #if defined(__x86_64__) || defined(__i386__)
 #include <cpuid.h>
 #endif
+#if defined(__linux__) && defined(__x86_64__)
+#include <sys/syscall.h>
+#include <unistd.h>
+#endif
 #include <cstdint>
 #include <cstdlib>
 #include <cstring>
@@ -22,6 +26,7 @@
 #include "common/error.h"
 #include "device/cpu/kernels_impl.h"
 #include "device/cpu/kernels_int8.h"
+#include "device/cpu/kernels_amx.h"
 
 namespace npullm::cpu {
 
@@ -235,7 +240,29 @@ bool cpu_has_f16c() {
 }
 #endif
 
-// 0 = scalar, 1 = avx2, 2 = avx512: paths are ordered, a CPU that runs one runs the lower ones.
+#if defined(__linux__) && defined(__x86_64__)
+// AMX-TILE + AMX-INT8 usable by this process: CPUID leaf 7 (EDX bits 24, 25), the OS has enabled
+// the tile state (XCR0 bits 17, 18), and Linux grants the tile data permission, which it gives
+// per process (every thread, present and future) and only on request (arch_prctl). Checked and
+// requested once; a refusal (e.g. a too small sigaltstack somewhere) means no AMX.
+bool cpu_has_amx() {
+  static const bool ok = [] {
+    unsigned a = 0, b = 0, c = 0, d = 0;
+    if (__get_cpuid(1, &a, &b, &c, &d) == 0 || (c & bit_OSXSAVE) == 0) return false;
+    if (__get_cpuid_count(7, 0, &a, &b, &c, &d) == 0 || (d & (1u << 24)) == 0 || (d & (1u << 25)) == 0) return false;
+    unsigned xcr0_lo = 0, xcr0_hi = 0;
+    __asm__ volatile("xgetbv" : "=a"(xcr0_lo), "=d"(xcr0_hi) : "c"(0));
+    if ((xcr0_lo & (3u << 17)) != (3u << 17)) return false;
+    constexpr long kArchReqXcompPerm = 0x1023, kXfeatureXtiledata = 18;
+    return syscall(SYS_arch_prctl, kArchReqXcompPerm, kXfeatureXtiledata) == 0;
+  }();
+  return ok;
+}
+#else
+[[maybe_unused]] bool cpu_has_amx() { return false; }
+#endif
+
+// 0 = scalar, 1 = avx2, 2 = avx512, 3 = amx: paths are ordered, a CPU that runs one runs the lower ones.
 int best_level() {
 #if defined(__x86_64__) || defined(__i386__)
   __builtin_cpu_init();
@@ -246,7 +273,9 @@ int best_level() {
   const bool avx512 = avx2 && __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
                       __builtin_cpu_supports("avx512vl") && __builtin_cpu_supports("avx512dq") &&
                       __builtin_cpu_supports("avx512vnni");
-  return avx512 ? 2 : avx2 ? 1 : 0;
+  // AMX: the AVX-512 path with an AMX prefill matmul (kernels_amx.cpp), when it was built.
+  const bool amx = avx512 && cpu_has_amx() && detail::amx_kernels() != nullptr;
+  return amx ? 3 : avx512 ? 2 : avx2 ? 1 : 0;
 #else
   return 0;
 #endif
@@ -256,11 +285,13 @@ int level_of(std::string_view name) {
   if (name == "scalar") return 0;
   if (name == "avx2") return 1;
   if (name == "avx512") return 2;
+  if (name == "amx") return 3;
   return -1;
 }
 
 const IsaKernels& kernels_for(int level) {
 #if defined(__x86_64__) || defined(__i386__)
+  if (level == 3) return *detail::amx_kernels();
   if (level == 2) return detail::avx512_kernels();
   if (level == 1) return detail::avx2_kernels();
 #endif
@@ -465,7 +496,9 @@ int64_t matmul_work_floats(int64_t K) {
   // plus 64 bytes to align the start.
   const int64_t f32 = detail::kAccFloats + detail::kBlockRows * K;
   const int64_t i8 = (detail::int8_work_bytes(K) + 64 + 3) / 4;
-  return f32 > i8 ? f32 : i8;
+  const int64_t amx = (detail::amx_work_bytes(K) + 64 + 3) / 4;  // the AMX prefill matmul's blocking
+  const int64_t most = f32 > i8 ? f32 : i8;
+  return most > amx ? most : amx;
 }
 MatmulActivations matmul_activations(GgmlType wt) {
   switch (detail::act_format(wt)) {

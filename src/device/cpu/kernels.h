@@ -33,7 +33,7 @@ void rmsnorm_rows(const float* x, const float* w, float* out, int64_t D, float e
 //    Q8_K-style blocks of 256), as llama.cpp does on the CPU: each row of x is quantised to int8
 //    per block, the dot product of each weight block is an exact integer, and the blocks' scaled
 //    sums are accumulated in one float chain per output. The exact rules are in kernels_int8.h;
-//    every code path (scalar, avx2, avx512) gives the same bits.
+//    every code path (scalar, avx2, avx512, amx) gives the same bits.
 // Either way M = 1 (decode) and M > 1 (prefill) agree bit for bit, and so does any [n0, n1) split.
 // work: matmul_work_floats(K) floats; may be null only when M == 1 and wt is F32, F16 or BF16
 // (decode streams the weights without scratch).
@@ -95,12 +95,13 @@ MatmulActivations matmul_activations(GgmlType wt);
 int64_t matmul_work_floats(int64_t K);
 int64_t attention_work_floats(int64_t C);
 
-// What the dispatcher chose on this CPU ("avx512", "avx2" or "scalar"), for logs and bench.
-// The choice is the best path the CPU supports; the environment variable NPULLM_ISA=scalar|avx2|
-// avx512 (read once, at the first kernel call) may force a lower one.
+// What the dispatcher chose on this CPU ("amx", "avx512", "avx2" or "scalar"), for logs and bench.
+// "amx" is the avx512 path whose prefill matmul with Q8_0-style int8 activations (M > 4) runs on
+// AMX tiles (same bits). The choice is the best path the CPU supports; the environment variable
+// NPULLM_ISA=scalar|avx2|avx512|amx (read once, at the first kernel call) may force a lower one.
 const char* kernel_isa();
 
-// Forces the code path `isa` ("scalar", "avx2" or "avx512") for later kernel calls, for tests and
+// Forces the code path `isa` ("scalar", "avx2", "avx512" or "amx") for later kernel calls, for tests and
 // benchmarks. Returns false and changes nothing when the CPU cannot run it or the name is unknown.
 // Not to be called while kernels are running on other threads.
 bool kernel_force_isa(const char* isa);

@@ -6,6 +6,8 @@
 //                             the scalar Ops (W = 1) and integer ops (one row per panel)
 //         kernels_avx2.cpp    AVX2 + FMA + F16C Ops (W = 8), integer ops (8 rows per panel)
 //         kernels_avx512.cpp  AVX-512 F/BW/VL/DQ Ops (W = 16), VNNI integer ops (16 rows per panel)
+//         kernels_amx.cpp     AMX tiles for the prefill matmul with int8 activations; the rest is
+//                             the AVX-512 path
 //         kernels_int8.h      matmul with int8 activations for the block-quantised types (own
 //                             numerics and layout: see there); this file has the F32 paths
 //
@@ -54,6 +56,9 @@ struct IsaKernels {
 const IsaKernels& scalar_kernels();  // kernels.cpp
 const IsaKernels& avx2_kernels();    // kernels_avx2.cpp
 const IsaKernels& avx512_kernels();  // kernels_avx512.cpp
+// kernels_amx.cpp: the AVX-512 kernels with an AMX prefill matmul; null when the compiler could not
+// build it. Call only on CPUs that run the AVX-512 path.
+const IsaKernels* amx_kernels();
 
 namespace {
 

@@ -2,7 +2,9 @@
 // Q4_0, Q4_1, Q5_0, Q5_1, Q8_0 (activations quantised like Q8_0: 32 values per scale) and Q4_K,
 // Q5_K, Q6_K (activations quantised like Q8_K: 256 values per scale). This is the arithmetic
 // llama.cpp uses on the CPU (golden/README.md, section 4), done with integer dot products:
-// AVX-512 VNNI (vpdpbusd), AVX2 (vpmaddubsw + vpmaddwd) or plain C++ (kernels.cpp).
+// AVX-512 VNNI (vpdpbusd), AVX2 (vpmaddubsw + vpmaddwd) or plain C++ (kernels.cpp). On CPUs with
+// AMX, prefill (M above a per-type row count) runs on AMX tiles instead: kernels_amx.cpp computes
+// the same integers with tile multiplies and the same float chains, so the same bits.
 //
 // Included by kernels.cpp and the ISA files only, after kernels_impl.h; everything is in an
 // anonymous namespace (see the linkage rule in kernels_impl.h). Each file instantiates the
