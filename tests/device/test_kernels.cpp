@@ -563,6 +563,42 @@ TEST_P(KernelIsa, Int8PrefillTileEdgesMatchModelBitForBit) {
   }
 }
 
+// Q8_0 decode (M = 1) reads each row as stored, a block pair at a time, with the 4 bytes between
+// pairs fetched apart (kernels_int8.h, row-wise path): block counts odd and even (the last pair
+// ends the row) from 1 to 64, panels cut short (N not a multiple of 16, splits inside a panel),
+// raw quant bytes (-128 included, which no quantiser writes) and fp16 scales of every sign and
+// exponent (subnormals too), activations whose largest element sits at a block's last positions.
+TEST_P(KernelIsa, Q8_0DecodeEdges) {
+  uint32_t seed = 1100;
+  for (int64_t nb : {1, 2, 3, 4, 8, 9, 16, 17, 64}) {
+    for (int64_t N : {1, 15, 16, 17, 40}) {
+      const int64_t K = 32 * nb;
+      SCOPED_TRACE("blocks=" + std::to_string(nb) + " N=" + std::to_string(N));
+      Weights w = make_weights(GgmlType::Q8_0, N, K, seed++);
+      std::mt19937 rng(seed++);
+      for (uint8_t& b : w.bytes) b = static_cast<uint8_t>(rng());
+      for (size_t off = 0; off < w.bytes.size(); off += 34) {
+        uint16_t h = static_cast<uint16_t>(rng());
+        if ((h & 0x7C00) == 0x7C00) h &= 0x83FF;  // no inf / NaN: a subnormal instead
+        std::memcpy(&w.bytes[off], &h, 2);
+      }
+      std::vector<float> xs[3] = {randn(static_cast<size_t>(K), seed++), randn(static_cast<size_t>(K), seed++),
+                                  std::vector<float>(static_cast<size_t>(K), 0.0f)};
+      for (int64_t k = 0; k < K; ++k)
+        if (k % 32 >= 30) xs[1][k] = (k % 2 ? 9.0f : -9.0f);  // q = -127 / 127 in the pair gap bytes
+      const std::vector<float> bias = randn(static_cast<size_t>(N), seed++);
+      for (const std::vector<float>& x : xs) {
+        const std::vector<float> want = int8_model_matmul(x, 1, w, bias.data(), nullptr);
+        for (const auto& sp : std::vector<std::vector<std::pair<int64_t, int64_t>>>{{{0, N}}, {{0, N / 3}, {N / 3, N}}}) {
+          const std::vector<float> got = run_matmul(x, 1, w, bias.data(), nullptr, sp);
+          for (size_t i = 0; i < got.size(); ++i)
+            ASSERT_TRUE(same_bits(got[i], want[i])) << "element " << i << ": " << got[i] << " vs " << want[i];
+        }
+      }
+    }
+  }
+}
+
 // The AMX path (where this CPU and build have it) against the AVX-512 VNNI path at model-like
 // shapes, bit for bit: both quantise x the same way and compute the same integers and chains.
 TEST(KernelAmx, MatchesVnniBitForBit) {

@@ -196,6 +196,98 @@ struct Avx512IO {
     return _mm512_load_si512(v);
   }
 
+  // ---- row-wise Q8_0 decode (kernels_int8.h, gemv_panel_q8_rows) ----
+  static constexpr bool kRowQ8 = true;
+  // The activations of the block pair (j, j + 1) at q (64 bytes), laid out like the weight
+  // window q8_rows loads (bytes 2 .. 65 of the pair): [x_j | 0, 0 | x_j+1[0..29]], the zeros
+  // facing d_j+1; one block: [x_j | 0 ...]. x4[i] = dword i of each 128-bit lane, copied over its
+  // lane (the activations of the transposed vector i of q8_rows).
+  template <bool kPair>
+  NPULLM_HOT static void q8_act(const int8_t* q, VI* x4) {
+    VI X;
+    if constexpr (kPair) {
+      // word i <- word i (i < 16), word 16 <- 0 (masked off), word i <- word i - 1 (i > 16)
+      const VI idx = _mm512_setr_epi32(0x00010000, 0x00030002, 0x00050004, 0x00070006, 0x00090008, 0x000B000A,
+                                       0x000D000C, 0x000F000E, 0x00100010, 0x00120011, 0x00140013, 0x00160015,
+                                       0x00180017, 0x001A0019, 0x001C001B, 0x001E001D);
+      X = _mm512_maskz_permutexvar_epi16(0xFFFEFFFFu, idx, _mm512_loadu_si512(q));
+    } else {
+      X = _mm512_zextsi256_si512(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(q)));
+    }
+    x4[0] = _mm512_shuffle_epi32(X, _MM_PERM_AAAA);
+    x4[1] = _mm512_shuffle_epi32(X, _MM_PERM_BBBB);
+    x4[2] = _mm512_shuffle_epi32(X, _MM_PERM_CCCC);
+    x4[3] = _mm512_shuffle_epi32(X, _MM_PERM_DDDD);
+  }
+  // Integer dots of the 16 rows with the Q8_0 block pair at byte `off` of each row (kPair), or
+  // with one block. Each row's window, the 64 bytes at off + 2 (qs_j, d_j+1, qs_j+1[0..29]; one
+  // block: the 32 bytes of qs_j), is one load; per 4 rows a 4x4 dword transpose inside 128-bit
+  // lanes puts dword i of every lane into vector i, so four dot steps against x4 (weights + 128,
+  // as in tile_unit) leave in lane 4L + i row 4g + i's sum over the 16 bytes of lane L: the dot
+  // itself does the first two reduction stages. Three lane moves then give i0 / i1 (lane r: row
+  // r's dot with block j / j + 1; qs_j+1[30..31] not included), and dodd = dword 8 of every
+  // window (row r's d_j+1 in its low half), taken from the transposed vectors.
+  template <bool kPair>
+  NPULLM_HOT static void q8_rows(const uint8_t* const* rows, int64_t off, const VI* x4, VI& i0, VI& i1, VI& dodd) {
+    const VI flip = _mm512_set1_epi32(static_cast<int32_t>(0x80808080u));
+    VI acc[4], d8[4];
+    auto load = [&](int r) {
+      const uint8_t* p = rows[r] + off + 2;
+      VI v;
+      if constexpr (kPair) v = _mm512_loadu_si512(p);
+      else v = _mm512_zextsi256_si512(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(p)));
+      // In a register: without this GCC 12 passes some loads through the stack on their way to
+      // the unpacks (a store and a reload each; measured ~15 % slower).
+      asm("" : "+v"(v));
+      return v;
+    };
+    _Pragma("GCC unroll 4")
+    for (int g = 0; g < 4; ++g) {
+      const VI w0 = load(4 * g), w1 = load(4 * g + 1), w2 = load(4 * g + 2), w3 = load(4 * g + 3);
+      const VI t0 = _mm512_unpacklo_epi32(w0, w1), t1 = _mm512_unpackhi_epi32(w0, w1);
+      const VI t2 = _mm512_unpacklo_epi32(w2, w3), t3 = _mm512_unpackhi_epi32(w2, w3);
+      const VI T0 = _mm512_unpacklo_epi64(t0, t2), T1 = _mm512_unpackhi_epi64(t0, t2);
+      const VI T2 = _mm512_unpacklo_epi64(t1, t3), T3 = _mm512_unpackhi_epi64(t1, t3);
+      d8[g] = T0;
+      VI a = _mm512_dpbusd_epi32(_mm512_setzero_si512(), _mm512_xor_si512(T0, flip), x4[0]);
+      a = _mm512_dpbusd_epi32(a, _mm512_xor_si512(T1, flip), x4[1]);
+      a = _mm512_dpbusd_epi32(a, _mm512_xor_si512(T2, flip), x4[2]);
+      acc[g] = _mm512_dpbusd_epi32(a, _mm512_xor_si512(T3, flip), x4[3]);
+    }
+    // 128-bit lanes of acc[g]: rows 4g..4g+3 over window bytes 0-15, 16-31 (block j), 32-47,
+    // 48-63 (block j + 1). a: rows 0-3 block j, rows 0-3 block j + 1, rows 4-7 block j, rows 4-7
+    // block j + 1; b: the same for rows 8..15.
+    const VI a = _mm512_add_epi32(_mm512_shuffle_i32x4(acc[0], acc[1], _MM_SHUFFLE(2, 0, 2, 0)),
+                                  _mm512_shuffle_i32x4(acc[0], acc[1], _MM_SHUFFLE(3, 1, 3, 1)));
+    const VI b = _mm512_add_epi32(_mm512_shuffle_i32x4(acc[2], acc[3], _MM_SHUFFLE(2, 0, 2, 0)),
+                                  _mm512_shuffle_i32x4(acc[2], acc[3], _MM_SHUFFLE(3, 1, 3, 1)));
+    i0 = _mm512_shuffle_i32x4(a, b, _MM_SHUFFLE(2, 0, 2, 0));
+    if constexpr (kPair) {
+      i1 = _mm512_shuffle_i32x4(a, b, _MM_SHUFFLE(3, 1, 3, 1));
+      dodd = _mm512_shuffle_i32x4(_mm512_shuffle_i32x4(d8[0], d8[1], _MM_SHUFFLE(2, 2, 2, 2)),
+                                  _mm512_shuffle_i32x4(d8[2], d8[3], _MM_SHUFFLE(2, 2, 2, 2)), _MM_SHUFFLE(2, 0, 2, 0));
+    }
+  }
+  // Byte offsets of the panel's rows from rows[0] (rows past `valid` repeat the last one), for
+  // gather_at: lane r = the 4 bytes at base + idx[r], one vpgatherdd.
+  NPULLM_HOT static VI row_index(const Panel<Avx512IO>& p, size_t row_bytes) {
+    const VI iota = _mm512_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15);
+    return _mm512_mullo_epi32(_mm512_min_epi32(iota, _mm512_set1_epi32(p.valid - 1)),
+                              _mm512_set1_epi32(static_cast<int32_t>(row_bytes)));
+  }
+  NPULLM_HOT static VI gather_at(const uint8_t* base, VI idx) { return _mm512_i32gather_epi32(idx, base, 1); }
+  // f16lo / f16hi by one vpermw (vpmovdw is two uops, and f16hi needs a shift before it).
+  NPULLM_HOT static VF f16lo_w(VI v) {
+    const VI idx = _mm512_setr_epi32(0x00020000, 0x00060004, 0x000A0008, 0x000E000C, 0x00120010, 0x00160014,
+                                     0x001A0018, 0x001E001C, 0, 0, 0, 0, 0, 0, 0, 0);
+    return _mm512_cvtph_ps(_mm512_castsi512_si256(_mm512_permutexvar_epi16(idx, v)));
+  }
+  NPULLM_HOT static VF f16hi_w(VI v) {
+    const VI idx = _mm512_setr_epi32(0x00030001, 0x00070005, 0x000B0009, 0x000F000D, 0x00130011, 0x00170015,
+                                     0x001B0019, 0x001F001D, 0, 0, 0, 0, 0, 0, 0, 0);
+    return _mm512_cvtph_ps(_mm512_castsi512_si256(_mm512_permutexvar_epi16(idx, v)));
+  }
+
   NPULLM_HOT static VF f16lo(VI v) { return _mm512_cvtph_ps(_mm512_cvtepi32_epi16(v)); }
   NPULLM_HOT static VF f16hi(VI v) { return _mm512_cvtph_ps(_mm512_cvtepi32_epi16(_mm512_srli_epi32(v, 16))); }
 
