@@ -4,6 +4,7 @@
 //
 // Read/<threads>              bandwidth of a plain vector read loop over 1 GiB: the roofline the
 //                             decode figures are compared with (bytes_per_second).
+// DecodePanels/<type>/K/N/<threads>  the same with the weight in the Panels16 layout.
 // Decode/<type>/K/N/<threads> one token (M = 1) through an N x K weight matrix; bytes_per_second
 //                             counts the weight bytes streamed. The matrix is one of the copies
 //                             filling a 1 GiB arena, used in turn, so every call reads from
@@ -28,6 +29,7 @@
 #include "device/cpu/kernels.h"
 #include "device/cpu/worker_pool.h"
 #include "formats/ggml_types.h"
+#include "formats/weight_layout.h"
 
 namespace {
 
@@ -143,6 +145,7 @@ uint8_t* arena() {
 
 struct Problem {
   GgmlType type;
+  npullm::WeightLayout layout = npullm::WeightLayout::Rows;
   int64_t M, K, N;
   size_t matrix_bytes, stride;  // a copy's size, and the distance between copies (64-aligned)
   Buffer own;                   // prefill: one copy of its own
@@ -153,10 +156,11 @@ struct Problem {
   const uint8_t* copy(size_t i) const { return base + i * stride; }
 };
 
-std::unique_ptr<Problem> make_problem(GgmlType t, int64_t M, int64_t K, int64_t N, int threads, bool use_arena) {
+std::unique_ptr<Problem> make_problem(GgmlType t, int64_t M, int64_t K, int64_t N, int threads, bool use_arena,
+                                      npullm::WeightLayout layout = npullm::WeightLayout::Rows) {
   auto p = std::make_unique<Problem>();
-  p->type = t, p->M = M, p->K = K, p->N = N;
-  p->matrix_bytes = npullm::ggml_row_bytes(t, K) * static_cast<size_t>(N);
+  p->type = t, p->M = M, p->K = K, p->N = N, p->layout = layout;
+  p->matrix_bytes = npullm::weight_bytes(t, N, K, layout);
   p->stride = (p->matrix_bytes + 63) / 64 * 64;
   if (use_arena) {
     p->base = arena();
@@ -165,7 +169,15 @@ std::unique_ptr<Problem> make_problem(GgmlType t, int64_t M, int64_t K, int64_t 
     p->own = alloc(p->stride);
     p->base = p->own.get();
   }
-  fill_weights(t, p->base, p->n_copies * p->stride, 1234);
+  if (layout == npullm::WeightLayout::Rows) {
+    fill_weights(t, p->base, p->n_copies * p->stride, 1234);
+  } else {  // one matrix made as rows, packed, and copied
+    const size_t rows_bytes = npullm::ggml_row_bytes(t, K) * static_cast<size_t>(N);
+    Buffer rows = alloc(rows_bytes);
+    fill_weights(t, rows.get(), rows_bytes, 1234);
+    npullm::pack_panels16(t, rows.get(), N, K, p->base, 0, (N + 15) / 16);
+    for (size_t i = 1; i < p->n_copies; ++i) std::memcpy(p->base + i * p->stride, p->base, p->matrix_bytes);
+  }
   uint64_t seed = 7;
   p->x.resize(static_cast<size_t>(M * K));
   for (float& f : p->x) f = static_cast<float>(static_cast<int>(splitmix(seed) % 2001) - 1000) * 1e-3f;
@@ -184,12 +196,12 @@ void run_matmul(cpu::WorkerPool& pool, Problem& p, const uint8_t* W) {
     const int64_t b = std::min(p.N, c * step), e = std::min(p.N, b + step);
     if (b < e)
       cpu::matmul(p.x.data(), p.M, p.K, W, p.type, nullptr, nullptr, p.out.data(), p.N, b, e,
-                  p.work[static_cast<size_t>(worker)].data());
+                  p.work[static_cast<size_t>(worker)].data(), nullptr, p.layout);
   });
 }
 
-void BM_Decode(benchmark::State& st, GgmlType t, int64_t K, int64_t N, int threads) {
-  auto p = make_problem(t, 1, K, N, threads, /*use_arena=*/true);
+void BM_Decode(benchmark::State& st, GgmlType t, int64_t K, int64_t N, int threads, npullm::WeightLayout layout) {
+  auto p = make_problem(t, 1, K, N, threads, /*use_arena=*/true, layout);
   cpu::WorkerPool pool(threads);
   size_t next = 0;
   for (auto _ : st) {
@@ -269,7 +281,11 @@ int main(int argc, char** argv) {
       for (auto [K, N] : decode_shapes) {
         const std::string name = "Decode/" + std::string(npullm::ggml_type_name(t)) + "/" + std::to_string(K) + "/" +
                                  std::to_string(N) + "/" + std::to_string(threads);
-        benchmark::RegisterBenchmark(name.c_str(), BM_Decode, t, K, N, threads)->UseRealTime();
+        benchmark::RegisterBenchmark(name.c_str(), BM_Decode, t, K, N, threads, npullm::WeightLayout::Rows)->UseRealTime();
+        if (cpu::matmul_reads_panels16(t, K))
+          benchmark::RegisterBenchmark(("DecodePanels" + name.substr(6)).c_str(), BM_Decode, t, K, N, threads,
+                                       npullm::WeightLayout::Panels16)
+              ->UseRealTime();
       }
     for (GgmlType t : prefill_types)
       for (int64_t M : {64, 128, 512}) {

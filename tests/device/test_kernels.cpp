@@ -599,6 +599,48 @@ TEST_P(KernelIsa, Q8_0DecodeEdges) {
   }
 }
 
+// Weights in the Panels16 layout (formats/weight_layout.h) give the model's bits on every path:
+// block counts that end on an octet, a pair and a single block (the decode loop's steps), Q6_K
+// super-blocks at odd offsets (fields 2 bytes into a dword), a last panel cut short (N = 40, 1),
+// ranges that start at later panels, decode and prefill M, x quantised inside or up front.
+TEST_P(KernelIsa, Int8MatmulPanels16MatchesModelBitForBit) {
+  uint32_t seed = 1500;
+  for (const MatmulCase& c : matmul_cases()) {
+    if (!uses_int8(c.type)) continue;
+    const std::vector<int64_t> Ks = c.Ks.back() % 256 == 0 ? std::vector<int64_t>{512, 1024} : std::vector<int64_t>{64, 320, 576};
+    for (int64_t K : Ks) {
+      ASSERT_TRUE(matmul_reads_panels16(c.type, K)) << c.name << " K=" << K;
+      for (int64_t M : {1, 2, 4, 5, 33}) {
+        for (int64_t N : {1, 40}) {
+          SCOPED_TRACE(std::string(c.name) + " K=" + std::to_string(K) + " M=" + std::to_string(M) + " N=" + std::to_string(N));
+          const Weights w = make_weights(c.type, N, K, seed++);
+          std::vector<uint8_t> packed(weight_bytes(c.type, N, K, WeightLayout::Panels16), 0xEE);
+          pack_panels16(c.type, w.bytes.data(), N, K, packed.data(), 0, (N + 15) / 16);
+          const std::vector<float> x = randn(static_cast<size_t>(M * K), seed++);
+          const std::vector<float> bias = randn(static_cast<size_t>(N), seed++);
+          const std::vector<float> want = int8_model_matmul(x, M, w, bias.data(), nullptr);
+          std::vector<float> got(static_cast<size_t>(M * N), -1.0f), work(static_cast<size_t>(matmul_work_floats(K)));
+          const int64_t cut = N > 16 ? 16 : N;
+          for (auto [a, b] : std::vector<std::pair<int64_t, int64_t>>{{0, cut}, {cut, N}})
+            matmul(x.data(), M, K, packed.data(), c.type, bias.data(), nullptr, got.data(), N, a, b, work.data(), nullptr,
+                   WeightLayout::Panels16);
+          for (size_t i = 0; i < got.size(); ++i)
+            ASSERT_TRUE(same_bits(got[i], want[i])) << "element " << i << ": " << got[i] << " vs " << want[i];
+          if (prequantized_x_bytes(c.type, M, K) == 0) continue;
+          std::vector<uint8_t> store(static_cast<size_t>(prequantized_x_bytes(c.type, M, K)) + 64);
+          void* xq = store.data() + (64 - reinterpret_cast<uintptr_t>(store.data()) % 64) % 64;
+          prequantize_x(c.type, x.data(), M, K, xq, 0, M);
+          std::fill(got.begin(), got.end(), -1.0f);
+          matmul(x.data(), M, K, packed.data(), c.type, bias.data(), nullptr, got.data(), N, 0, N, work.data(), xq,
+                 WeightLayout::Panels16);
+          for (size_t i = 0; i < got.size(); ++i)
+            ASSERT_TRUE(same_bits(got[i], want[i])) << "pre-quantised, element " << i << ": " << got[i] << " vs " << want[i];
+        }
+      }
+    }
+  }
+}
+
 // The AMX path (where this CPU and build have it) against the AVX-512 VNNI path at model-like
 // shapes, bit for bit: both quantise x the same way and compute the same integers and chains.
 TEST(KernelAmx, MatchesVnniBitForBit) {
@@ -1076,6 +1118,16 @@ TEST(KernelErrors, BadArgumentsThrow) {
   EXPECT_THROW(attention(x.data(), w.data(), GgmlType::Q8_0, w.data(), GgmlType::Q8_0, nullptr, out.data(), 1, 1, 48, 1,
                          1.0f, 0, 1, work.data()),
                Error);  // Q8_0 heads must be whole blocks of 32
+  // Panels16: only the int8 types with whole dwords per row, ranges that start at a panel.
+  EXPECT_FALSE(matmul_reads_panels16(GgmlType::F16, 64));
+  EXPECT_FALSE(matmul_reads_panels16(GgmlType::Q4_0, 32));  // 18-byte rows
+  EXPECT_TRUE(matmul_reads_panels16(GgmlType::Q4_0, 64));
+  EXPECT_THROW(matmul(x.data(), 1, 64, w.data(), GgmlType::F16, nullptr, nullptr, out.data(), 16, 0, 16, work.data(),
+                      nullptr, WeightLayout::Panels16),
+               Error);
+  EXPECT_THROW(matmul(x.data(), 1, 64, w.data(), GgmlType::Q8_0, nullptr, nullptr, out.data(), 40, 8, 40, work.data(),
+                      nullptr, WeightLayout::Panels16),
+               Error);
   // F32 decode needs no work buffer.
   std::vector<float> wf(64, 0.5f);
   matmul(x.data(), 1, 64, wf.data(), GgmlType::F32, nullptr, nullptr, out.data(), 1, 0, 1, nullptr);

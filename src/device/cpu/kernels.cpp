@@ -153,6 +153,7 @@ struct ScalarIO {
     for (int g = 0; g < 8; ++g) out[g] = u32_at(rows[0] + off + 4 * g);
   }
   NPULLM_HOT static VI gather32(const Panel<ScalarIO>& p, int64_t off) { return u32_at(p.rows[0] + off); }
+  NPULLM_HOT static VI loadp(const uint8_t* p) { return u32_at(p); }
   NPULLM_HOT static VF f16lo(VI v) { return fp16_to_fp32(static_cast<uint16_t>(v)); }
   NPULLM_HOT static VF f16hi(VI v) { return fp16_to_fp32(static_cast<uint16_t>(v >> 16)); }
 
@@ -196,11 +197,11 @@ struct ScalarIO {
   }
 };
 
-void scalar_matmul(const float* x, int64_t M, int64_t K, const void* W, GgmlType wt, size_t row_bytes,
+void scalar_matmul(const float* x, int64_t M, int64_t K, const void* W, GgmlType wt, size_t row_bytes, bool packed,
                    const float* bias, const float* res, float* out, int64_t N, int64_t n0, int64_t n1,
                    float* work, const void* xq) {
   if (int8_supported(wt)) {
-    int8_matmul<ScalarIO>(x, M, K, W, wt, row_bytes, bias, res, out, N, n0, n1, work, xq);
+    int8_matmul<ScalarIO>(x, M, K, W, wt, row_bytes, packed, bias, res, out, N, n0, n1, work, xq);
     return;
   }
   matmul_impl<ScalarOps>(x, M, K, W, wt, row_bytes, bias, res, out, N, n0, n1, work);
@@ -522,7 +523,8 @@ void prequantize_x(GgmlType wt, const float* x, int64_t M, int64_t K, void* dst,
 }
 
 void matmul(const float* x, int64_t M, int64_t K, const void* W, GgmlType wt, const float* bias,
-            const float* res, float* out, int64_t N, int64_t n0, int64_t n1, float* work, const void* xq) {
+            const float* res, float* out, int64_t N, int64_t n0, int64_t n1, float* work, const void* xq,
+            WeightLayout layout) {
   check_range("matmul", "output", n0, n1, N);
   if (M < 0 || K < 0) fail("matmul: bad shape M={} K={}", M, K);
   if (!ggml_type_known(static_cast<uint32_t>(wt)) || !ggml_type_traits(wt).can_dequantize)
@@ -532,7 +534,16 @@ void matmul(const float* x, int64_t M, int64_t K, const void* W, GgmlType wt, co
   const bool needs_work = M > 1 || !detail::has_loader(wt) || detail::int8_supported(wt);
   if (needs_work && work == nullptr) fail("matmul: {} weights with M={} need a work buffer", ggml_type_name(wt), M);
   if (xq && prequantized_x_bytes(wt, M, K) == 0) fail("matmul: {} weights with M={} take no pre-quantised x", ggml_type_name(wt), M);
-  active().matmul(x, M, K, W, wt, row_bytes, bias, res, out, N, n0, n1, work, xq);
+  const bool packed = layout == WeightLayout::Panels16;
+  if (packed && !matmul_reads_panels16(wt, K))
+    fail("matmul: a {} weight of {} columns cannot be read as panels of 16 rows", ggml_type_name(wt), K);
+  if (layout != WeightLayout::Rows && !packed) fail("matmul: unknown weight layout {}", static_cast<uint32_t>(layout));
+  if (packed && n0 % 16 != 0) fail("matmul: a range of a panels16 weight must start at a panel (row {})", n0);
+  active().matmul(x, M, K, W, wt, row_bytes, packed, bias, res, out, N, n0, n1, work, xq);
+}
+
+bool matmul_reads_panels16(GgmlType wt, int64_t K) {
+  return detail::int8_supported(wt) && panels16_possible(wt, K);
 }
 
 void swiglu(const float* gate, const float* up, float* out, int64_t i0, int64_t i1) {

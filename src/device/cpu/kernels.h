@@ -8,6 +8,7 @@
 #include <cstdint>
 
 #include "formats/ggml_types.h"
+#include "formats/weight_layout.h"
 
 namespace npullm::cpu {
 
@@ -39,9 +40,15 @@ void rmsnorm_rows(const float* x, const float* w, float* out, int64_t D, float e
 // (decode streams the weights without scratch).
 // xq: null, or x already quantised by prequantize_x for this wt (prefill: the device quantises a
 // stage's activations once instead of once per output chunk); the results are the same bits.
+// layout: how W is stored (formats/weight_layout.h); Panels16 only where matmul_reads_panels16,
+// and then n0 must be a multiple of 16 (a range starts at a panel). Both layouts give the same bits.
 void matmul(const float* x, int64_t M, int64_t K, const void* W, GgmlType wt, const float* bias,
             const float* res, float* out, int64_t N, int64_t n0, int64_t n1, float* work,
-            const void* xq = nullptr);
+            const void* xq = nullptr, WeightLayout layout = WeightLayout::Rows);
+
+// Whether matmul reads a K-column weight of type wt in the Panels16 layout: the types with int8
+// activations (their kernels read 16 rows side by side), on every code path.
+bool matmul_reads_panels16(GgmlType wt, int64_t K);
 
 // Bytes prequantize_x needs for an [M, K] x and weights of type wt; 0 when matmul quantises x on
 // its own (weights without int8 activations, or M small enough for the decode loop).

@@ -98,6 +98,8 @@ inline void make_rows(const uint8_t* W, size_t row_bytes, int64_t n, int64_t n_e
 // The vector primitives kernels_int8.h's K-quant scale helpers (k4_scale, k4_min) need.
 struct ScaleIO {
   using VI = __m512i;
+  static constexpr int R = 16;
+  NPULLM_HOT static VI loadp(const uint8_t* p) { return _mm512_loadu_si512(p); }
   NPULLM_HOT static VI and_(VI v, int32_t imm) { return _mm512_and_si512(v, _mm512_set1_epi32(imm)); }
   NPULLM_HOT static VI or_(VI a, VI b) { return _mm512_or_si512(a, b); }
   NPULLM_HOT static VI srli(VI v, int n) { return _mm512_srli_epi32(v, static_cast<unsigned>(n)); }
@@ -150,6 +152,15 @@ NPULLM_HOT __m512i gather32(const Rows16& p, int64_t off) {
   for (int r = 0; r < 16; ++r) std::memcpy(&v[r], p.rows[r] + off, 4);
   return _mm512_load_si512(v);
 }
+
+// The same loads from a weight in the Panels16 layout (kernels_int8.h, PackedPanel): plain loads.
+using Packed16 = PackedPanel<ScaleIO>;
+inline void make_rows(const uint8_t* W, size_t row_bytes, int64_t n, int64_t n_end, Packed16& p) {
+  make_panel<ScaleIO>(W, row_bytes, n, n_end, p);
+}
+NPULLM_HOT void tload4(const Packed16& p, int64_t off, __m512i* out) { ld<4>(p, off, out); }
+NPULLM_HOT void tload8(const Packed16& p, int64_t off, __m512i* out) { ld<8>(p, off, out); }
+NPULLM_HOT __m512i gather32(const Packed16& p, int64_t off) { return ld1<ScaleIO>(p, off); }
 
 // Byte i of each lane = 0x10 if bit s + i of the lane is set (Avx512IO::hbit4).
 NPULLM_HOT __m512i hbit4(__m512i h, int s) {
@@ -206,8 +217,8 @@ static_assert(unit_bytes<GgmlType::Q6_K>() <= kAmxUnitBytes256 && unit_bytes<Ggm
               unit_bytes<GgmlType::Q8_0>() <= kAmxUnitBytes32);
 
 // Blocks of 32: unit u of the panel from the block at byte o of each row.
-template <GgmlType T>
-NPULLM_HOT void decode_block32(const Rows16& p, int64_t o, uint8_t* up) {
+template <GgmlType T, class PR>
+NPULLM_HOT void decode_block32(const PR& p, int64_t o, uint8_t* up) {
   __m512i g[8];
   if constexpr (T == GgmlType::Q8_0) {
     tload8(p, o + 2, g);  // already signed bytes
@@ -237,8 +248,8 @@ NPULLM_HOT void decode_block32(const Rows16& p, int64_t o, uint8_t* up) {
 
 // Q4_K / Q5_K super-block at byte o. Chunk c (elements 64 c ..) is sub-blocks 2c (low nibbles of
 // qs bytes 32c ..) and 2c + 1 (high nibbles): B tile rows 0..7 and 8..15.
-template <GgmlType T>
-NPULLM_HOT void decode_k4(const Rows16& p, int64_t o, uint8_t* up) {
+template <GgmlType T, class PR>
+NPULLM_HOT void decode_k4(const PR& p, int64_t o, uint8_t* up) {
   constexpr bool five = T == GgmlType::Q5_K;
   constexpr int split = five ? 3 : 4;  // sc = (sc >> split) << split | (sc & low)
   constexpr int32_t low = (1 << split) - 1;
@@ -281,7 +292,8 @@ NPULLM_HOT void decode_k4(const Rows16& p, int64_t o, uint8_t* up) {
 
 // Q6_K super-block at byte o: the weights w - 32 as kernels_int8.h decodes them (G_{4j + g} for
 // sub-block j of 16), chunk c = sub-blocks 4c .. 4c + 3 = G_{16c} .. G_{16c + 15} = B tile rows.
-NPULLM_HOT void decode_q6k(const Rows16& p, int64_t o, uint8_t* up) {
+template <class PR>
+NPULLM_HOT void decode_q6k(const PR& p, int64_t o, uint8_t* up) {
   __m512i scw[4];
   tload4(p, o + 192, scw);
   __m512i e[16][4];  // digits of the 16 sub-block scales
@@ -318,8 +330,8 @@ NPULLM_HOT void decode_q6k(const Rows16& p, int64_t o, uint8_t* up) {
 }
 
 // Decodes units [0, nu) of a panel into pb (unit stride unit_bytes<T>()).
-template <GgmlType T>
-void decode_panel(const Rows16& p, int64_t nu, uint8_t* pb) {
+template <GgmlType T, class PR>
+void decode_panel(const PR& p, int64_t nu, uint8_t* pb) {
   for (int64_t u = 0; u < nu; ++u) {
     uint8_t* up = pb + u * unit_bytes<T>();
     const int64_t o = u * block_size<T>();
@@ -527,7 +539,7 @@ void tile_slice(const TileArgs& t, const uint8_t* pb, int64_t u0, int64_t u1, bo
 // at a time (kernels_amx.h). Blocks of 32: kAmxGroup32 panels, slices of kAmxSlice32 blocks;
 // super-blocks: kAmxGroup256 panels, slices of one super-block.
 
-template <GgmlType T>
+template <GgmlType T, class PR>
 void amx_gemm(const float* x, int64_t M, int64_t K, const uint8_t* W, size_t row_bytes, const float* bias,
               const float* res, float* out, int64_t N, int64_t n0, int64_t n1, void* work, const void* xpre) {
   constexpr int kGroup = kquant<T>() ? kAmxGroup256 : kAmxGroup32;
@@ -575,7 +587,7 @@ void amx_gemm(const float* x, int64_t M, int64_t K, const uint8_t* W, size_t row
     }
     const int64_t tiles = (mc + 15) / 16;  // tile i: rows [16 i, 16 i + 16) of the chunk (the last may be tq)
     for (int64_t ng = n0; ng < n1; ng += 16 * kGroup) {
-      Rows16 pr[kGroup];
+      PR pr[kGroup];
       int np = 0;
       for (; np < kGroup && ng + 16 * np < n1; ++np) {
         make_rows(W, row_bytes, ng + 16 * np, n1, pr[np]);
@@ -614,24 +626,29 @@ constexpr int64_t amx_min_rows(GgmlType t) {
   return t == GgmlType::Q6_K ? 64 : (t == GgmlType::Q4_K || t == GgmlType::Q5_K) ? 32 : 16;
 }
 
-void amx_matmul(const float* x, int64_t M, int64_t K, const void* Wv, GgmlType wt, size_t row_bytes,
+template <class PR>
+bool amx_try(const float* x, int64_t M, int64_t K, const uint8_t* W, GgmlType wt, size_t row_bytes, const float* bias,
+             const float* res, float* out, int64_t N, int64_t n0, int64_t n1, float* work, const void* xq) {
+  switch (wt) {
+#define NPULLM_AMX_CASE(TYPE) \
+    case GgmlType::TYPE: amx_gemm<GgmlType::TYPE, PR>(x, M, K, W, row_bytes, bias, res, out, N, n0, n1, work, xq); return true;
+    NPULLM_AMX_CASE(Q4_0) NPULLM_AMX_CASE(Q4_1) NPULLM_AMX_CASE(Q5_0) NPULLM_AMX_CASE(Q5_1) NPULLM_AMX_CASE(Q8_0)
+    NPULLM_AMX_CASE(Q4_K) NPULLM_AMX_CASE(Q5_K) NPULLM_AMX_CASE(Q6_K)
+#undef NPULLM_AMX_CASE
+    default: return false;
+  }
+}
+
+void amx_matmul(const float* x, int64_t M, int64_t K, const void* Wv, GgmlType wt, size_t row_bytes, bool packed,
                 const float* bias, const float* res, float* out, int64_t N, int64_t n0, int64_t n1, float* work,
                 const void* xq) {
   const auto* W = static_cast<const uint8_t*>(Wv);
   if (M > kGemvMaxM && M >= amx_min_rows(wt)) {
-    switch (wt) {
-      case GgmlType::Q4_0: amx_gemm<GgmlType::Q4_0>(x, M, K, W, row_bytes, bias, res, out, N, n0, n1, work, xq); return;
-      case GgmlType::Q4_1: amx_gemm<GgmlType::Q4_1>(x, M, K, W, row_bytes, bias, res, out, N, n0, n1, work, xq); return;
-      case GgmlType::Q5_0: amx_gemm<GgmlType::Q5_0>(x, M, K, W, row_bytes, bias, res, out, N, n0, n1, work, xq); return;
-      case GgmlType::Q5_1: amx_gemm<GgmlType::Q5_1>(x, M, K, W, row_bytes, bias, res, out, N, n0, n1, work, xq); return;
-      case GgmlType::Q8_0: amx_gemm<GgmlType::Q8_0>(x, M, K, W, row_bytes, bias, res, out, N, n0, n1, work, xq); return;
-      case GgmlType::Q4_K: amx_gemm<GgmlType::Q4_K>(x, M, K, W, row_bytes, bias, res, out, N, n0, n1, work, xq); return;
-      case GgmlType::Q5_K: amx_gemm<GgmlType::Q5_K>(x, M, K, W, row_bytes, bias, res, out, N, n0, n1, work, xq); return;
-      case GgmlType::Q6_K: amx_gemm<GgmlType::Q6_K>(x, M, K, W, row_bytes, bias, res, out, N, n0, n1, work, xq); return;
-      default: break;
-    }
+    const bool done = packed ? amx_try<Packed16>(x, M, K, W, wt, row_bytes, bias, res, out, N, n0, n1, work, xq)
+                             : amx_try<Rows16>(x, M, K, W, wt, row_bytes, bias, res, out, N, n0, n1, work, xq);
+    if (done) return;
   }
-  avx512_kernels().matmul(x, M, K, Wv, wt, row_bytes, bias, res, out, N, n0, n1, work, xq);
+  avx512_kernels().matmul(x, M, K, Wv, wt, row_bytes, packed, bias, res, out, N, n0, n1, work, xq);
 }
 
 }  // namespace

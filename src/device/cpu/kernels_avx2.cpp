@@ -203,6 +203,7 @@ struct Avx2IO {
     }
   }
   // 8 dword loads into one vector (vmovd / vpinsrd: faster than vpgatherdd on AMD).
+  NPULLM_HOT static VI loadp(const uint8_t* p) { return _mm256_loadu_si256(reinterpret_cast<const __m256i*>(p)); }
   NPULLM_HOT static VI gather32(const Panel<Avx2IO>& p, int64_t off) {
     alignas(32) int32_t v[8];
     for (int r = 0; r < 8; ++r) std::memcpy(&v[r], p.rows[r] + off, 4);
@@ -287,11 +288,11 @@ struct Avx2IO {
   }
 };
 
-void avx2_matmul(const float* x, int64_t M, int64_t K, const void* W, GgmlType wt, size_t row_bytes,
+void avx2_matmul(const float* x, int64_t M, int64_t K, const void* W, GgmlType wt, size_t row_bytes, bool packed,
                  const float* bias, const float* res, float* out, int64_t N, int64_t n0, int64_t n1,
                  float* work, const void* xq) {
   if (int8_supported(wt)) {
-    int8_matmul<Avx2IO>(x, M, K, W, wt, row_bytes, bias, res, out, N, n0, n1, work, xq);
+    int8_matmul<Avx2IO>(x, M, K, W, wt, row_bytes, packed, bias, res, out, N, n0, n1, work, xq);
     return;
   }
   matmul_impl<Avx2Ops>(x, M, K, W, wt, row_bytes, bias, res, out, N, n0, n1, work);

@@ -190,6 +190,7 @@ struct Avx512IO {
   // 16 dword loads into one vector. Written as scalar loads into an array: GCC turns this into
   // vmovd / vpinsrd chains, which measured faster than vpgatherdd (slow on AMD) and than a
   // store-then-load through memory (store forwarding fails).
+  NPULLM_HOT static VI loadp(const uint8_t* p) { return _mm512_loadu_si512(p); }
   NPULLM_HOT static VI gather32(const Panel<Avx512IO>& p, int64_t off) {
     alignas(64) int32_t v[16];
     for (int r = 0; r < 16; ++r) std::memcpy(&v[r], p.rows[r] + off, 4);
@@ -384,11 +385,11 @@ struct Avx512IO {
   }
 };
 
-void avx512_matmul(const float* x, int64_t M, int64_t K, const void* W, GgmlType wt, size_t row_bytes,
+void avx512_matmul(const float* x, int64_t M, int64_t K, const void* W, GgmlType wt, size_t row_bytes, bool packed,
                    const float* bias, const float* res, float* out, int64_t N, int64_t n0, int64_t n1,
                    float* work, const void* xq) {
   if (int8_supported(wt)) {
-    int8_matmul<Avx512IO>(x, M, K, W, wt, row_bytes, bias, res, out, N, n0, n1, work, xq);
+    int8_matmul<Avx512IO>(x, M, K, W, wt, row_bytes, packed, bias, res, out, N, n0, n1, work, xq);
     return;
   }
   matmul_impl<Avx512Ops>(x, M, K, W, wt, row_bytes, bias, res, out, N, n0, n1, work);

@@ -176,6 +176,7 @@ constexpr int64_t int8_work_bytes(int64_t K) {
 //   tload4 / tload8(rows, off, out): the 16 / 32 bytes at rows[r] + off of each row r, as 4 / 8
 //                       vectors with dword g of row r in lane r of out[g]
 //   gather32(p, off):   lane r = the 4 bytes at p.rows[r] + off
+//   loadp(p):           lane r = the 4 bytes at p + 4 r (R dwords as stored: a Panels16 weight)
 //   f16lo(v) / f16hi(v): the low / high half of each lane as an fp16, widened
 //   zerof(), bcastf(f), addf, mulf, fmaf (fused: one rounding), cvt(v) (int32 -> float, nearest)
 //   loadf_n(p, n) / storef_n(p, v, n): the first n lanes (others 0 / untouched)
@@ -197,6 +198,58 @@ inline void make_panel(const uint8_t* W, size_t row_bytes, int64_t n, int64_t n_
   p.valid = static_cast<int>(left < IO::R ? left : IO::R);
   for (int r = 0; r < IO::R; ++r) p.rows[r] = W + (n + (r < p.valid ? r : p.valid - 1)) * static_cast<int64_t>(row_bytes);
 }
+
+// The same R rows read from a weight in the Panels16 layout (formats/weight_layout.h): dword d of
+// lane r at base + 64 d + 4 r. For R < 16 (AVX2, scalar) the panel is lanes (n % 16) .. of a
+// 16-row panel. Rows past the matrix are the layout's repeats of the last row.
+template <class IO>
+struct PackedPanel {
+  const uint8_t* base;
+  int valid;
+};
+
+template <class IO>
+inline void make_panel(const uint8_t* W, size_t row_bytes, int64_t n, int64_t n_end, PackedPanel<IO>& p) {
+  const int64_t left = n_end - n;
+  p.valid = static_cast<int>(left < IO::R ? left : IO::R);
+  p.base = W + (n / 16) * 16 * static_cast<int64_t>(row_bytes) + (n % 16) * 4;
+}
+
+// Panel loads, for either kind of panel: the C bytes at byte `off` of each row as C / 4 vectors,
+// dword g of row r in lane r of out[g] (ld<4>, ld<8>: IO::tload4 / tload8; ld<1>: IO::gather32).
+// A packed panel gives each vector with one load; a field 2 bytes into a dword (the odd blocks of
+// the 2-byte-aligned types) is rebuilt from two, as mid_dword does.
+template <int C, class IO>
+NPULLM_HOT void ld(const Panel<IO>& p, int64_t off, typename IO::VI* out) {
+  if constexpr (C == 4) IO::tload4(p.rows, off, out);
+  else if constexpr (C == 8) IO::tload8(p.rows, off, out);
+  else out[0] = IO::gather32(p, off);
+}
+template <int C, class IO>
+NPULLM_HOT void ld(const PackedPanel<IO>& p, int64_t off, typename IO::VI* out) {
+  using VI = typename IO::VI;
+  const uint8_t* b = p.base + (off >> 2) * 64;
+  if ((off & 3) == 0) {
+    NPULLM_UNROLL_I8
+    for (int g = 0; g < C; ++g) out[g] = IO::loadp(b + 64 * g);
+  } else {
+    VI prev = IO::loadp(b);
+    NPULLM_UNROLL_I8
+    for (int g = 0; g < C; ++g) {
+      const VI nx = IO::loadp(b + 64 * (g + 1));
+      out[g] = IO::or_(IO::srli(prev, 16), IO::slli(nx, 16));
+      prev = nx;
+    }
+  }
+}
+template <class IO, class PN>
+NPULLM_HOT typename IO::VI ld1(const PN& p, int64_t off) {
+  typename IO::VI v;
+  ld<1>(p, off, &v);
+  return v;
+}
+template <class PN>
+constexpr bool is_packed() { return requires(const PN& p) { p.base; }; }
 
 // ---- per-type decoders: one unit of a panel -> vectors in `dec` ---------------------------------
 //
@@ -228,8 +281,8 @@ NPULLM_HOT typename IO::VI k4_min_pair(const typename IO::VI* hdr, int i) {
   return IO::or_(k4_min<IO>(hdr, 2 * i), IO::slli(k4_min<IO>(hdr, 2 * i + 1), 16));
 }
 
-template <class IO, GgmlType T>
-NPULLM_HOT void decode_unit(const Panel<IO>& p, int64_t u, typename IO::VI* dec) {
+template <class IO, GgmlType T, class PN>
+NPULLM_HOT void decode_unit(const PN& p, int64_t u, typename IO::VI* dec) {
   using VI = typename IO::VI;
   using VF = typename IO::VF;
   VF* decf = reinterpret_cast<VF*>(dec);
@@ -242,8 +295,8 @@ NPULLM_HOT void decode_unit(const Panel<IO>& p, int64_t u, typename IO::VI* dec)
     // of qs gives G_g (low nibbles) and G_{g+4} (high nibbles).
     constexpr int64_t qs = T == GgmlType::Q4_0 ? 2 : T == GgmlType::Q4_1 ? 4 : T == GgmlType::Q5_0 ? 6 : 8;
     VI t[4];
-    IO::tload4(p.rows, o + qs, t);
-    const VI dm = IO::gather32(p, o);  // d (low half) and, for Q4_1 / Q5_1, m (high half)
+    ld<4>(p, o + qs, t);
+    const VI dm = ld1<IO>(p, o);  // d (low half) and, for Q4_1 / Q5_1, m (high half)
     NPULLM_UNROLL_I8
     for (int g = 0; g < 4; ++g) {
       dec[g] = IO::and_(t[g], 0x0F0F0F0F);
@@ -251,7 +304,7 @@ NPULLM_HOT void decode_unit(const Panel<IO>& p, int64_t u, typename IO::VI* dec)
     }
     if constexpr (T == GgmlType::Q5_0 || T == GgmlType::Q5_1) {
       // Bit j of qh is bit 4 of element j.
-      const VI qh = IO::gather32(p, o + (T == GgmlType::Q5_0 ? 2 : 4));
+      const VI qh = ld1<IO>(p, o + (T == GgmlType::Q5_0 ? 2 : 4));
       NPULLM_UNROLL_I8
       for (int g = 0; g < 8; ++g) dec[g] = IO::or_(dec[g], IO::hbit4(qh, 4 * g));
     }
@@ -259,13 +312,13 @@ NPULLM_HOT void decode_unit(const Panel<IO>& p, int64_t u, typename IO::VI* dec)
     if constexpr (T == GgmlType::Q4_1 || T == GgmlType::Q5_1) decf[9] = IO::f16hi(dm);
   } else if constexpr (T == GgmlType::Q8_0) {
     VI t[8];
-    IO::tload8(p.rows, o + 2, t);
+    ld<8>(p, o + 2, t);
     NPULLM_UNROLL_I8
     for (int g = 0; g < 8; ++g) dec[g] = IO::kVnni ? IO::xor_(t[g], static_cast<int32_t>(0x80808080u)) : t[g];
-    decf[8] = IO::f16lo(IO::gather32(p, o));
+    decf[8] = IO::f16lo(ld1<IO>(p, o));
   } else if constexpr (T == GgmlType::Q4_K || T == GgmlType::Q5_K) {
     VI hdr[4];
-    IO::tload4(p.rows, o, hdr);  // d | dmin << 16, scale bytes 0..3, 4..7, 8..11
+    ld<4>(p, o, hdr);  // d | dmin << 16, scale bytes 0..3, 4..7, 8..11
     NPULLM_UNROLL_I8
     for (int j = 0; j < 8; ++j) dec[64 + j] = k4_scale<IO>(hdr, j);
     NPULLM_UNROLL_I8
@@ -275,11 +328,11 @@ NPULLM_HOT void decode_unit(const Panel<IO>& p, int64_t u, typename IO::VI* dec)
     // qs: 32 bytes per 64 elements, low nibbles = sub-block 2c, high nibbles = sub-block 2c + 1.
     constexpr int64_t qs = T == GgmlType::Q4_K ? 16 : 48;
     VI qh[8];
-    if constexpr (T == GgmlType::Q5_K) IO::tload8(p.rows, o + 16, qh);  // bit j of qh[l]: element l of sub-block j
+    if constexpr (T == GgmlType::Q5_K) ld<8>(p, o + 16, qh);  // bit j of qh[l]: element l of sub-block j
     NPULLM_UNROLL_I8
     for (int c = 0; c < 4; ++c) {
       VI t[8];
-      IO::tload8(p.rows, o + qs + 32 * c, t);
+      ld<8>(p, o + qs + 32 * c, t);
       NPULLM_UNROLL_I8
       for (int g = 0; g < 8; ++g) {
         VI lo = IO::and_(t[g], 0x0F0F0F0F), hi = IO::and_(IO::srli(t[g], 4), 0x0F0F0F0F);
@@ -301,16 +354,16 @@ NPULLM_HOT void decode_unit(const Panel<IO>& p, int64_t u, typename IO::VI* dec)
     // quarters take the low nibbles of ql[0..31], of ql[32..63], the high nibbles of ql[0..31], of
     // ql[32..63], and bit pairs 0, 2, 4, 6 of qh[0..31] as bits 4..5. Value + 32 is in [0, 63].
     VI scw[4];
-    IO::tload4(p.rows, o + 192, scw);
+    ld<4>(p, o + 192, scw);
     NPULLM_UNROLL_I8
     for (int j = 0; j < 16; ++j) dec[64 + j] = IO::sext8(scw[j / 4], j % 4);
-    decf[80] = IO::f16hi(IO::gather32(p, o + 206));
+    decf[80] = IO::f16hi(ld1<IO>(p, o + 206));
     NPULLM_UNROLL_I8
     for (int h = 0; h < 2; ++h) {
       VI a[8], b[8], qh[8];
-      IO::tload8(p.rows, o + 64 * h, a);
-      IO::tload8(p.rows, o + 64 * h + 32, b);
-      IO::tload8(p.rows, o + 128 + 32 * h, qh);
+      ld<8>(p, o + 64 * h, a);
+      ld<8>(p, o + 64 * h + 32, b);
+      ld<8>(p, o + 128 + 32 * h, qh);
       NPULLM_UNROLL_I8
       for (int g = 0; g < 8; ++g) {
         // Element 128h + 32Q + 4g + i: sub-block 8h + 2Q + g / 4, group g % 4 inside it.
@@ -358,16 +411,16 @@ NPULLM_HOT void nibbles_to_g(const typename IO::VI* qs, typename IO::VI qh, type
   }
 }
 
-template <class IO, GgmlType T>
-NPULLM_HOT void decode_pair(const Panel<IO>& p, int64_t u, typename IO::VI* dec0, typename IO::VI* dec1) {
+template <class IO, GgmlType T, class PN>
+NPULLM_HOT void decode_pair(const PN& p, int64_t u, typename IO::VI* dec0, typename IO::VI* dec1) {
   using VI = typename IO::VI;
   using VF = typename IO::VF;
   constexpr int64_t tsz = T == GgmlType::Q4_0 ? 18 : T == GgmlType::Q4_1 ? 20 : T == GgmlType::Q5_0 ? 22 : 24;
   constexpr bool five = T == GgmlType::Q5_0 || T == GgmlType::Q5_1;
   const int64_t o = u * tsz;
   VI t[8], q1[4], q0[4];
-  IO::tload8(p.rows, o, t);
-  IO::tload4(p.rows, o + tsz + (tsz - 16), q1);  // the second block's qs: its last 16 bytes
+  ld<8>(p, o, t);
+  ld<4>(p, o + tsz + (tsz - 16), q1);  // the second block's qs: its last 16 bytes
   VI dm0, dm1, qh0 = IO::zero(), qh1 = IO::zero();
   if constexpr (T == GgmlType::Q4_0) {
     for (int g = 0; g < 4; ++g) q0[g] = mid_dword<IO>(t, g);
@@ -404,8 +457,8 @@ NPULLM_HOT void decode_pair(const Panel<IO>& p, int64_t u, typename IO::VI* dec0
 }
 
 // Decodes units [u, u + n) (n = 1 or 2) of a panel into dec (unit stride V vectors).
-template <class IO, GgmlType T>
-NPULLM_HOT void decode_units(const Panel<IO>& p, int64_t u, int n, typename IO::VI* dec) {
+template <class IO, GgmlType T, class PN>
+NPULLM_HOT void decode_units(const PN& p, int64_t u, int n, typename IO::VI* dec) {
   constexpr int V = unit_vecs(T);
   if constexpr (has_pair_decode(T)) {
     if (n == 2) {
@@ -627,22 +680,22 @@ void quantize_chunk(GgmlType wt, const float* x, int64_t K, int64_t mc, XQ& xq) 
 // read them back. Same arithmetic, same order as tile_unit.
 
 // Q4_K / Q5_K: per 32-byte chunk c of qs, the low nibbles are sub-block 2c, the high 2c + 1.
-template <class IO, GgmlType T, int TM>
-NPULLM_HOT void gemv_unit_k4(const Panel<IO>& p, int64_t u, const XQ& x, typename IO::VF (&facc)[TM][1]) {
+template <class IO, GgmlType T, int TM, class PN>
+NPULLM_HOT void gemv_unit_k4(const PN& p, int64_t u, const XQ& x, typename IO::VF (&facc)[TM][1]) {
   using VI = typename IO::VI;
   using VF = typename IO::VF;
   constexpr bool five = T == GgmlType::Q5_K;
   const int64_t o = u * (five ? 176 : 144);
   VI hdr[4], qh[8];
-  IO::tload4(p.rows, o, hdr);
-  if constexpr (five) IO::tload8(p.rows, o + 16, qh);
+  ld<4>(p, o, hdr);
+  if constexpr (five) ld<8>(p, o + 16, qh);
   VI isc[TM];
   NPULLM_UNROLL_I8
   for (int m = 0; m < TM; ++m) isc[m] = IO::zero();
   NPULLM_UNROLL_I8
   for (int c = 0; c < 4; ++c) {
     VI t[8];
-    IO::tload8(p.rows, o + (five ? 48 : 16) + 32 * c, t);
+    ld<8>(p, o + (five ? 48 : 16) + 32 * c, t);
     VI ia0[TM], ia1[TM];
     NPULLM_UNROLL_I8
     for (int m = 0; m < TM; ++m) ia0[m] = IO::zero(), ia1[m] = IO::zero();
@@ -687,24 +740,24 @@ NPULLM_HOT void gemv_unit_k4(const Panel<IO>& p, int64_t u, const XQ& x, typenam
 
 // Q6_K: each half h loads ql[0..31] (a), ql[32..63] (b) and qh[0..31]; quarters 0 and 2 (low /
 // high nibbles of a) are consumed before b is loaded, then quarters 1 and 3.
-template <class IO, int TM>
-NPULLM_HOT void gemv_unit_q6k(const Panel<IO>& p, int64_t u, const XQ& x, typename IO::VF (&facc)[TM][1]) {
+template <class IO, int TM, class PN>
+NPULLM_HOT void gemv_unit_q6k(const PN& p, int64_t u, const XQ& x, typename IO::VF (&facc)[TM][1]) {
   using VI = typename IO::VI;
   using VF = typename IO::VF;
   const int64_t o = u * 210;
   VI scw[4];
-  IO::tload4(p.rows, o + 192, scw);
+  ld<4>(p, o + 192, scw);
   VI isc[TM];
   NPULLM_UNROLL_I8
   for (int m = 0; m < TM; ++m) isc[m] = IO::zero();
   NPULLM_UNROLL_I8
   for (int h = 0; h < 2; ++h) {
     VI qh[8];
-    IO::tload8(p.rows, o + 128 + 32 * h, qh);
+    ld<8>(p, o + 128 + 32 * h, qh);
     NPULLM_UNROLL_I8
     for (int half = 0; half < 2; ++half) {  // ql bytes 0..31 (quarters 0, 2), then 32..63 (1, 3)
       VI t[8];
-      IO::tload8(p.rows, o + 64 * h + 32 * half, t);
+      ld<8>(p, o + 64 * h + 32 * half, t);
       NPULLM_UNROLL_I8
       for (int hi = 0; hi < 2; ++hi) {
         const int quarter = half + 2 * hi;
@@ -739,7 +792,7 @@ NPULLM_HOT void gemv_unit_q6k(const Panel<IO>& p, int64_t u, const XQ& x, typena
       }
     }
   }
-  const VF d = IO::f16hi(IO::gather32(p, o + 206));
+  const VF d = IO::f16hi(ld1<IO>(p, o + 206));
   NPULLM_UNROLL_I8
   for (int m = 0; m < TM; ++m)
     facc[m][0] = IO::fmaf(IO::cvt(isc[m]), IO::mulf(IO::bcastf(x.d[m * x.ldd + u]), d), facc[m][0]);
@@ -767,8 +820,8 @@ NPULLM_HOT typename IO::VI field32(const typename IO::VI* d, int64_t f) {
 // The last dword field32 reads for the n bytes at offset f (n a multiple of 4).
 constexpr int64_t last_dword(int64_t f, int64_t n) { return f % 4 == 0 ? (f + n) / 4 - 1 : (f + n + 2) / 4 - 1; }
 
-template <class IO, GgmlType T, int TM>
-NPULLM_HOT void gemv_octet(const Panel<IO>& p, int64_t u0, const XQ& x, typename IO::VF (&facc)[TM][1]) {
+template <class IO, GgmlType T, int TM, class PN>
+NPULLM_HOT void gemv_octet(const PN& p, int64_t u0, const XQ& x, typename IO::VF (&facc)[TM][1]) {
   using VI = typename IO::VI;
   using VF = typename IO::VF;
   constexpr int64_t B = block_bytes<T>();
@@ -780,10 +833,10 @@ NPULLM_HOT void gemv_octet(const Panel<IO>& p, int64_t u0, const XQ& x, typename
   auto need = [&](int64_t upto_dword) {  // makes D[0 .. upto_dword] available
     while (loaded <= upto_dword) {
       if (loaded / 8 < n32) {
-        IO::tload8(p.rows, o + 4 * loaded, D + loaded);
+        ld<8>(p, o + 4 * loaded, D + loaded);
         loaded += 8;
       } else {
-        IO::tload4(p.rows, o + 4 * loaded, D + loaded);
+        ld<4>(p, o + 4 * loaded, D + loaded);
         loaded += 4;
       }
     }
@@ -937,12 +990,12 @@ NPULLM_HOT void run_units(const typename IO::VI* const* dec, int64_t unit_stride
 // bytes [n + R, n + 2R) rows, up to n_end) is prefetched into L1 as one linear sweep, spread
 // evenly over the steps. Prefetching exactly one panel ahead measured best (a shorter distance
 // misses the last rows of big panels; prefetching into L2 only was slower).
-template <class IO, GgmlType T, int TM, int P>
+template <class IO, class PN, GgmlType T, int TM, int P>
 void gemv_panels(const uint8_t* W, size_t row_bytes, int64_t nu, const XQ& x, int64_t m0, const float* bias,
                  const float* res, float* out, int64_t N, int64_t n, int64_t n_end) {
   using VI = typename IO::VI;
   using VF = typename IO::VF;
-  Panel<IO> pan[P];
+  PN pan[P];
   for (int q = 0; q < P; ++q) make_panel<IO>(W, row_bytes, n + q * IO::R, n_end, pan[q]);
   constexpr int V = unit_vecs(T);
   constexpr bool octets = act_format(T) == ActFormat::Q8_0 && P == 1;
@@ -956,7 +1009,7 @@ void gemv_panels(const uint8_t* W, size_t row_bytes, int64_t nu, const XQ& x, in
   const int64_t panel_bytes = P * IO::R * static_cast<int64_t>(row_bytes);
   const int64_t next = n * static_cast<int64_t>(row_bytes) + panel_bytes;
   const int64_t pf_end = n_end * static_cast<int64_t>(row_bytes);
-  if constexpr (T == GgmlType::Q8_0 && TM == 1 && P == 1 && has_row_q8<IO>()) {
+  if constexpr (T == GgmlType::Q8_0 && TM == 1 && P == 1 && has_row_q8<IO>() && !is_packed<PN>()) {
     if (IO::R * static_cast<int64_t>(row_bytes) <= INT32_MAX) {  // gather offsets are int32
       gemv_panel_q8_rows<IO>(W, row_bytes, nu, x, pan[0], next, pf_end, facc[0][0]);
       store_outputs<IO>(facc[0][0], bias, res, out, N, m0, n, pan[0].valid);
@@ -1009,14 +1062,14 @@ void gemv_panels(const uint8_t* W, size_t row_bytes, int64_t nu, const XQ& x, in
 
 // Prefill: P panels starting at row n are decoded into `pbuf` (all nu units), then every row of
 // the chunk [m0, m0 + mc) runs against them in tiles of TM rows.
-template <class IO, GgmlType T, int TM, int P>
+template <class IO, class PN, GgmlType T, int TM, int P>
 void gemm_panels(const uint8_t* W, size_t row_bytes, int64_t nu, const XQ& x, int64_t m0, int64_t mc,
                  const float* bias, const float* res, float* out, int64_t N, int64_t n, int64_t n_end,
                  typename IO::VI* pbuf) {
   using VI = typename IO::VI;
   using VF = typename IO::VF;
   constexpr int V = unit_vecs(T);
-  Panel<IO> pan[P];
+  PN pan[P];
   const VI* dec[P];
   for (int q = 0; q < P; ++q) {
     make_panel<IO>(W, row_bytes, n + q * IO::R, n_end, pan[q]);
@@ -1043,13 +1096,13 @@ void gemm_panels(const uint8_t* W, size_t row_bytes, int64_t nu, const XQ& x, in
 
 // One panel at a time: decoding two side by side (more rows in flight) measured slower, the
 // decoded vectors no longer fit in registers.
-template <class IO, GgmlType T, int TM>
+template <class IO, class PN, GgmlType T, int TM>
 void gemv_range(const uint8_t* W, size_t row_bytes, int64_t nu, const XQ& x, int64_t m0, const float* bias,
                 const float* res, float* out, int64_t N, int64_t n0, int64_t n1) {
-  for (int64_t n = n0; n < n1; n += IO::R) gemv_panels<IO, T, TM, 1>(W, row_bytes, nu, x, m0, bias, res, out, N, n, n1);
+  for (int64_t n = n0; n < n1; n += IO::R) gemv_panels<IO, PN, T, TM, 1>(W, row_bytes, nu, x, m0, bias, res, out, N, n, n1);
 }
 
-template <class IO, GgmlType T>
+template <class IO, class PN, GgmlType T>
 void int8_matmul_typed(const float* x, int64_t M, int64_t K, const uint8_t* W, size_t row_bytes,
                        const float* bias, const float* res, float* out, int64_t N, int64_t n0, int64_t n1,
                        void* work, const void* xpre) {
@@ -1077,17 +1130,17 @@ void int8_matmul_typed(const float* x, int64_t M, int64_t K, const uint8_t* W, s
     if (xpre) xq = xq_view(xpre, M, K, m0);  // quantised by int8_quantize_x, same bytes
     else quantize_chunk<IO>(T, x + m0 * K, K, mc, xq);
     switch (mc) {
-      case 1: gemv_range<IO, T, 1>(W, row_bytes, nu, xq, m0, bias, res, out, N, n0, n1); continue;
-      case 2: gemv_range<IO, T, 2>(W, row_bytes, nu, xq, m0, bias, res, out, N, n0, n1); continue;
-      case 3: gemv_range<IO, T, 3>(W, row_bytes, nu, xq, m0, bias, res, out, N, n0, n1); continue;
-      case 4: gemv_range<IO, T, 4>(W, row_bytes, nu, xq, m0, bias, res, out, N, n0, n1); continue;
+      case 1: gemv_range<IO, PN, T, 1>(W, row_bytes, nu, xq, m0, bias, res, out, N, n0, n1); continue;
+      case 2: gemv_range<IO, PN, T, 2>(W, row_bytes, nu, xq, m0, bias, res, out, N, n0, n1); continue;
+      case 3: gemv_range<IO, PN, T, 3>(W, row_bytes, nu, xq, m0, bias, res, out, N, n0, n1); continue;
+      case 4: gemv_range<IO, PN, T, 4>(W, row_bytes, nu, xq, m0, bias, res, out, N, n0, n1); continue;
       default: break;
     }
     int64_t n = n0;
     for (; n + kPanels * IO::R <= n1; n += kPanels * IO::R)
-      gemm_panels<IO, T, TMg, kPanels>(W, row_bytes, nu, xq, m0, mc, bias, res, out, N, n, n1, pbuf);
+      gemm_panels<IO, PN, T, TMg, kPanels>(W, row_bytes, nu, xq, m0, mc, bias, res, out, N, n, n1, pbuf);
     for (; n < n1; n += IO::R)
-      gemm_panels<IO, T, TMg, 1>(W, row_bytes, nu, xq, m0, mc, bias, res, out, N, n, n1, pbuf);
+      gemm_panels<IO, PN, T, TMg, 1>(W, row_bytes, nu, xq, m0, mc, bias, res, out, N, n, n1, pbuf);
   }
 }
 
@@ -1100,22 +1153,28 @@ void int8_quantize_x(GgmlType wt, const float* x, int64_t M, int64_t K, void* ds
 
 // Entry: wt must satisfy int8_supported(wt); work holds int8_work_bytes(K) bytes (+ 64 for
 // alignment). xpre: null, or x already quantised for wt by int8_quantize_x (all M rows).
+// packed: W is in the Panels16 layout (formats/weight_layout.h), else in rows as GGUF stores it.
+template <class IO, class PN>
+void int8_matmul_layout(const float* x, int64_t M, int64_t K, const uint8_t* W, GgmlType wt, size_t row_bytes,
+                        const float* bias, const float* res, float* out, int64_t N, int64_t n0, int64_t n1, void* work,
+                        const void* xpre) {
+  switch (wt) {
+#define NPULLM_I8_CASE(TYPE) \
+    case GgmlType::TYPE: int8_matmul_typed<IO, PN, GgmlType::TYPE>(x, M, K, W, row_bytes, bias, res, out, N, n0, n1, work, xpre); return;
+    NPULLM_I8_CASE(Q4_0) NPULLM_I8_CASE(Q4_1) NPULLM_I8_CASE(Q5_0) NPULLM_I8_CASE(Q5_1) NPULLM_I8_CASE(Q8_0)
+    NPULLM_I8_CASE(Q4_K) NPULLM_I8_CASE(Q5_K) NPULLM_I8_CASE(Q6_K)
+#undef NPULLM_I8_CASE
+    default: return;  // not reached: kernels.cpp routes only int8_supported types here
+  }
+}
+
 template <class IO>
-void int8_matmul(const float* x, int64_t M, int64_t K, const void* Wv, GgmlType wt, size_t row_bytes,
+void int8_matmul(const float* x, int64_t M, int64_t K, const void* Wv, GgmlType wt, size_t row_bytes, bool packed,
                  const float* bias, const float* res, float* out, int64_t N, int64_t n0, int64_t n1, void* work,
                  const void* xpre) {
   const auto* W = static_cast<const uint8_t*>(Wv);
-  switch (wt) {
-    case GgmlType::Q4_0: int8_matmul_typed<IO, GgmlType::Q4_0>(x, M, K, W, row_bytes, bias, res, out, N, n0, n1, work, xpre); return;
-    case GgmlType::Q4_1: int8_matmul_typed<IO, GgmlType::Q4_1>(x, M, K, W, row_bytes, bias, res, out, N, n0, n1, work, xpre); return;
-    case GgmlType::Q5_0: int8_matmul_typed<IO, GgmlType::Q5_0>(x, M, K, W, row_bytes, bias, res, out, N, n0, n1, work, xpre); return;
-    case GgmlType::Q5_1: int8_matmul_typed<IO, GgmlType::Q5_1>(x, M, K, W, row_bytes, bias, res, out, N, n0, n1, work, xpre); return;
-    case GgmlType::Q8_0: int8_matmul_typed<IO, GgmlType::Q8_0>(x, M, K, W, row_bytes, bias, res, out, N, n0, n1, work, xpre); return;
-    case GgmlType::Q4_K: int8_matmul_typed<IO, GgmlType::Q4_K>(x, M, K, W, row_bytes, bias, res, out, N, n0, n1, work, xpre); return;
-    case GgmlType::Q5_K: int8_matmul_typed<IO, GgmlType::Q5_K>(x, M, K, W, row_bytes, bias, res, out, N, n0, n1, work, xpre); return;
-    case GgmlType::Q6_K: int8_matmul_typed<IO, GgmlType::Q6_K>(x, M, K, W, row_bytes, bias, res, out, N, n0, n1, work, xpre); return;
-    default: return;  // not reached: kernels.cpp routes only int8_supported types here
-  }
+  if (packed) int8_matmul_layout<IO, PackedPanel<IO>>(x, M, K, W, wt, row_bytes, bias, res, out, N, n0, n1, work, xpre);
+  else int8_matmul_layout<IO, Panel<IO>>(x, M, K, W, wt, row_bytes, bias, res, out, N, n0, n1, work, xpre);
 }
 
 #undef NPULLM_UNROLL_I8
