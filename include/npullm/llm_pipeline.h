@@ -45,6 +45,8 @@ struct PipelineConfig {
   std::string cache_dir;                    // blob cache; empty = the default folder
   bool use_cache = true;
   KvType kv_type = KvType::F16;             // K/V cache element type
+  bool repack_weights = true;               // int8 matmul weights in the layout the CPU reads fastest
+                                            //   (packed once, kept beside the blob cache); false: as in GGUF
   ContextPolicy context_policy = ContextPolicy::Shift;
   int64_t n_keep = -1;                      // Shift: tokens kept at the start; -1 = BOS + system prompt
   std::string chat_template;                // name of a built-in template, a file, or Jinja source;

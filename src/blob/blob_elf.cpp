@@ -61,7 +61,8 @@
 //   u32 ndim
 //   u64 bytes
 //   i64 shape[ndim]
-// .npu.weights: the same layout, in weight-index order; `role` is reserved and must be 0.
+// .npu.weights: the same layout, in weight-index order, with the weight's layout (a WeightLayout:
+// 0 rows, 16 panels16) in place of `role`.
 // .npu.plan: fixed 32-byte records:
 //   u32 name, u32 first_stage, u32 last_stage, u32 reserved (0), u64 offset, u64 bytes
 //
@@ -283,7 +284,7 @@ std::vector<uint8_t> write_blob(const BlobImage& img) {
   }
   for (const WeightRef& d : img.weights) {
     uint32_t name = strtab.add(d.name, "weight name");
-    put_tensor_record(wt, name, 0, d.type, d.shape, d.bytes);
+    put_tensor_record(wt, name, d.layout, d.type, d.shape, d.bytes);
     global_sym(name, d.bytes);
   }
   for (const PlanEntry& p : img.plan) {
@@ -753,8 +754,8 @@ class BlobReader {
           f_.fail_at(s.where, t.at, "I/O '{}': unknown role {}", t.name, t.role);
         img.ios.push_back({t.name, static_cast<IoRole>(t.role), t.type, t.shape, t.bytes});
       } else {
-        if (t.role != 0) f_.fail_at(s.where, t.at, "weight '{}': reserved field is {}", t.name, t.role);
-        img.weights.push_back({t.name, t.type, t.shape, t.bytes});
+        if (t.role != 0 && t.role != 16) f_.fail_at(s.where, t.at, "weight '{}': unknown layout {}", t.name, t.role);
+        img.weights.push_back({t.name, t.type, t.shape, t.bytes, t.role});
       }
       records_[id].push_back(std::move(t));
     }

@@ -43,7 +43,8 @@ struct WeightRef {
   std::string name;               // tensor name in the weights bank (GGUF tensor name)
   uint32_t type = 0;              // GgmlType id
   std::vector<int64_t> shape;     // GGUF order (ne0 first), as in the bank
-  uint64_t bytes = 0;
+  uint64_t bytes = 0;             // in `layout`
+  uint32_t layout = 0;            // WeightLayout (formats/weight_layout.h): 0 rows as in GGUF, 16 panels16
 };
 
 enum class RelocKind : uint32_t {

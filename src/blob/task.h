@@ -19,7 +19,8 @@ enum class OpCode : uint32_t {
   RmsNorm = 2,
   // out[m, n] = sum_k x[m, k] * W[n, k] (+ bias[n]) (+ res[m, n]).
   // ptr: 0 x (f32 [M,K]), 1 W (type[1], N rows of K), 2 out (f32 [M,N]), 3 bias (f32 [N]) or 0,
-  // 4 res (f32 [M,N]) or 0 (may alias out). dim: 0 M, 1 K, 2 N.
+  // 4 res (f32 [M,N]) or 0 (may alias out). dim: 0 M, 1 K, 2 N. iparam 0: W's layout (a
+  // WeightLayout: 0 rows as GGUF stores them, 16 panels of 16 rows; formats/weight_layout.h).
   MatMul = 3,
   // out = a + b elementwise.  ptr: 0 a, 1 b, 2 out. dim: 0 count.
   Add = 4,

@@ -29,6 +29,7 @@ struct RuntimeOptions {
   std::string variants;  // "64,128,256"
   std::string kv_type = "f16";  // --kv-type: f16, f32 or q8_0 (any case)
   bool no_cache = false;
+  bool no_repack = false;  // --no-repack: weights stay in GGUF's row layout
   bool chunk_given = false;  // --prefill-chunk was on the command line
   void add_to(CLI::App* cmd);
   npuw::RuntimeConfig resolve() const;  // parses `variants` and `kv_type`, applies no_cache

@@ -18,6 +18,9 @@ void RuntimeOptions::add_to(CLI::App* cmd) {
   cmd->add_flag("--no-cache", no_cache, "compile every blob and do not touch the cache");
   cmd->add_option("--kv-type", kv_type, "K/V cache element type: f16, f32 or q8_0 (q8_0 needs a head size that is a multiple of 32)")
       ->capture_default_str();
+  cmd->add_flag("--no-repack", no_repack,
+                "keep every weight as the GGUF file stores it (default: int8 matmul weights are repacked into the "
+                "layout the CPU reads fastest, once, and kept beside the blob cache)");
 }
 
 GgmlType parse_kv_type(const std::string& text) {
@@ -40,6 +43,7 @@ const char* kv_type_option(GgmlType t) {
 npuw::RuntimeConfig RuntimeOptions::resolve() const {
   npuw::RuntimeConfig out = cfg;
   out.use_cache = !no_cache;
+  out.repack_weights = !no_repack;
   out.kv_type = parse_kv_type(kv_type);
   if (!variants.empty()) {
     std::stringstream ss(variants);

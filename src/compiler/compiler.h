@@ -15,7 +15,10 @@
 #include <map>
 #include <string>
 
+#include <vector>
+
 #include "blob/blob_image.h"
+#include "formats/ggml_types.h"
 #include "ir/graph.h"
 
 namespace npullm::compiler {
@@ -27,6 +30,10 @@ inline constexpr const char* kCompilerVersion = "npullm-compiler-2";
 struct CompileOptions {
   std::string name;                          // blob name (stored in .npu.meta)
   std::map<std::string, int64_t> symbols;    // values of the graph's dynamic dimensions
+  // Weights read only as MatMul weights, of these types and with rows of whole dwords, are stored
+  // as panels of 16 rows (formats/weight_layout.h) for a device that reads them faster so; the
+  // blob's weight records and MatMul tasks say so, and the weights bank provides them packed.
+  std::vector<GgmlType> panels16_types;
 };
 
 blob::BlobImage compile(const ir::Graph& g, const CompileOptions& opt);

@@ -9,6 +9,7 @@
 #include "compiler/memory_plan.h"
 #include "compiler/passes.h"
 #include "formats/ggml_types.h"
+#include "formats/weight_layout.h"
 
 namespace npullm::compiler {
 
@@ -57,6 +58,7 @@ class Lowering {
   explicit Lowering(const ir::Graph& g) : g_(g), sets_(g.size()) {}
 
   blob::BlobImage run(const CompileOptions& opt) {
+    opt_ = &opt;
     schedule();
     assign_aliases();
     assign_homes();
@@ -64,6 +66,11 @@ class Lowering {
     emit();
     nlohmann::json meta = {{"name", opt.name}, {"compiler", kCompilerVersion}, {"symbols", opt.symbols},
                            {"tasks", img_.tasks.size()}, {"stages", img_.barriers.size()}};
+    if (!opt.panels16_types.empty()) {
+      std::vector<std::string> names;
+      for (GgmlType t : opt.panels16_types) names.emplace_back(ggml_type_name(t));
+      meta["panels16_types"] = names;
+    }
     img_.meta_json = meta.dump();
     return std::move(img_);
   }
@@ -158,7 +165,10 @@ class Lowering {
       } else if (n.op == Op::Weight) {
         blob::WeightRef w{.name = n.name, .type = n.type, .shape = n.weight_dims, .bytes = 0};
         const int64_t row = n.weight_dims.at(0);
-        w.bytes = ggml_row_bytes(static_cast<GgmlType>(n.type), row) * static_cast<uint64_t>(ir::num_elements(n.shape) / row);
+        const auto type = static_cast<GgmlType>(n.type);
+        const WeightLayout layout = weight_layout(i);
+        w.bytes = weight_bytes(type, ir::num_elements(n.shape) / row, row, layout);
+        w.layout = static_cast<uint32_t>(layout);
         img_.weights.push_back(std::move(w));
         set_home(i, {Home::Weight, static_cast<uint32_t>(img_.weights.size() - 1)});
       } else if (n.op == Op::Result) {
@@ -242,6 +252,7 @@ class Lowering {
           for (int k = 0; k < 2; ++k) bind_operand(task, t, k, in(static_cast<size_t>(k)));
           bind_operand(task, t, 2, id); bind_operand(task, t, 3, in(2)); bind_operand(task, t, 4, in(3));
           task.dim[0] = S; task.dim[1] = shape_of(0).at(1).value; task.dim[2] = n.shape.at(1).value;
+          if (g_.node(in(1)).op == Op::Weight) task.iparam[0] = static_cast<int32_t>(weight_layout(in(1)));
           break;
         case Op::Add:
         case Op::SwiGlu:
@@ -312,6 +323,27 @@ class Lowering {
   AliasSets sets_;
   std::vector<int> stage_;
   int n_stages_ = 0;
+  // Panels16 for a weight whose every reader is a MatMul taking it as its weight (input 1), of a
+  // type the options list, with rows of whole dwords; rows (as in GGUF) otherwise.
+  WeightLayout weight_layout(int w) const {
+    const ir::Node& n = g_.node(w);
+    const auto type = static_cast<GgmlType>(n.type);
+    const auto& types = opt_->panels16_types;
+    if (std::find(types.begin(), types.end(), type) == types.end() || !panels16_possible(type, n.weight_dims.at(0)))
+      return WeightLayout::Rows;
+    bool read = false;
+    for (int i = 0; i < g_.size(); ++i) {
+      const ir::Node& u = g_.node(i);
+      for (size_t k = 0; k < u.inputs.size(); ++k) {
+        if (u.inputs[k] != w) continue;
+        if (u.op != Op::MatMul || k != 1) return WeightLayout::Rows;
+        read = true;
+      }
+    }
+    return read ? WeightLayout::Panels16 : WeightLayout::Rows;
+  }
+
+  const CompileOptions* opt_ = nullptr;
   std::map<int, Home> homes_;
   std::vector<BufferUse> buffers_;
   std::vector<int> inplace_residual_;

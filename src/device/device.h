@@ -10,8 +10,10 @@
 #include <cstddef>
 #include <memory>
 #include <string>
+#include <vector>
 
 #include "blob/task.h"
+#include "formats/ggml_types.h"
 
 namespace npullm::device {
 
@@ -32,6 +34,9 @@ class Device {
   virtual void prepare(const Program& p) = 0;
   // Runs every task; tasks of stage b+1 start only after barrier b has counted all of stage b.
   virtual void execute(const Program& p) = 0;
+  // The MatMul weight types this device reads fastest in the Panels16 layout (formats/
+  // weight_layout.h), wherever their rows are whole dwords; blobs compiled for it store them so.
+  virtual std::vector<GgmlType> panels16_types() const { return {}; }
 };
 
 }  // namespace npullm::device

@@ -423,6 +423,14 @@ GgufFile::~GgufFile() {
   if (owns_mapping_ && base_) ::munmap(const_cast<uint8_t*>(base_), size_);
 }
 
+void GgufFile::release(const GgufTensorInfo& t) const {
+  if (!owns_mapping_ || !t.data || t.n_bytes == 0) return;
+  const auto page = static_cast<uintptr_t>(::sysconf(_SC_PAGESIZE));
+  const auto begin = (reinterpret_cast<uintptr_t>(t.data) + page - 1) / page * page;  // whole pages inside
+  const auto end = (reinterpret_cast<uintptr_t>(t.data) + t.n_bytes) / page * page;
+  if (end > begin) ::madvise(reinterpret_cast<void*>(begin), end - begin, MADV_DONTNEED);
+}
+
 
 // ---- Parsing, section by section ----------------------------------------------------------------
 

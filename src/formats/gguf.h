@@ -88,6 +88,10 @@ class GgufFile {
   const std::vector<GgufTensorInfo>& tensors() const { return tensors_; }
   const GgufTensorInfo* find_tensor(const std::string& name) const;  // nullptr when absent
   const GgufTensorInfo& tensor(const std::string& name) const;       // throws when absent
+  // Hands the pages of a tensor back to the page cache (the mapping stays valid: a later read
+  // faults them in again). For a tensor only read once, to build another form of it, so that it
+  // does not stay in this process's resident memory. No effect on an in-memory image.
+  void release(const GgufTensorInfo& t) const;
 
  private:
   GgufFile() = default;

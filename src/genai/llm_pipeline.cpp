@@ -71,6 +71,7 @@ struct LLMPipeline::Impl {
     rc.threads = c.threads;
     rc.cache_dir = c.cache_dir;
     rc.use_cache = c.use_cache;
+    rc.repack_weights = c.repack_weights;
     switch (c.kv_type) {
       case KvType::F16: rc.kv_type = GgmlType::F16; break;
       case KvType::F32: rc.kv_type = GgmlType::F32; break;

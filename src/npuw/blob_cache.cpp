@@ -23,6 +23,8 @@ std::string BlobCache::default_dir() {
   return ".npullm-cache";
 }
 
+std::string BlobCache::model_dir() const { return fmt::format("{}/{:016x}", dir_, model_hash_); }
+
 std::string BlobCache::path_for(const std::string& name, const std::string& config) const {
   return fmt::format("{}/{:016x}/{}-{:016x}.blob", dir_, model_hash_, name, hash_bytes(config.data(), config.size()));
 }

@@ -17,6 +17,7 @@ class BlobCache {
   // An empty dir disables the cache.
   BlobCache(std::string dir, uint64_t model_hash);
   bool enabled() const { return !dir_.empty(); }
+  std::string model_dir() const;  // <dir>/<model-hash>: this model's entries
   std::string path_for(const std::string& name, const std::string& config) const;
   std::optional<std::vector<uint8_t>> load(const std::string& name, const std::string& config) const;
   // Best effort: a cache that cannot be written is reported (warning on stderr) and skipped.

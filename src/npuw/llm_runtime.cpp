@@ -28,8 +28,10 @@ std::vector<int64_t> default_variants(int64_t max_prompt_len, int64_t min_respon
 }
 
 std::string BlobSpec::cache_config() const {
+  std::string panels;
+  for (GgmlType t : panels16_types) panels += (panels.empty() ? " panels16=" : ",") + std::string(ggml_type_name(t));
   return std::string(compiler::kCompilerVersion) + " " + name + " seq=" + std::to_string(seq) + " ctx=" + std::to_string(capacity) +
-         (last_row_logits ? " logits=last" : "") + " kv=" + std::string(ggml_type_name(kv_type));
+         (last_row_logits ? " logits=last" : "") + " kv=" + std::string(ggml_type_name(kv_type)) + panels;
 }
 
 std::vector<BlobSpec> blob_specs(const RuntimeConfig& cfg) {
@@ -45,6 +47,7 @@ std::vector<BlobSpec> blob_specs(const RuntimeConfig& cfg) {
       out.push_back({BlobSpec::Forward, "prefill-" + std::to_string(p), p, cfg.variants.back(), last, kv});
   for (int64_t c : cfg.variants) out.push_back({BlobSpec::Forward, "generate-" + std::to_string(c), 1, c, false, kv});
   out.push_back({BlobSpec::Rerotate, "rerotate", cfg.variants.back(), cfg.variants.back(), false, kv});
+  for (BlobSpec& s : out) s.panels16_types = cfg.panels16_types;
   return out;
 }
 
@@ -80,7 +83,7 @@ struct Graphs {
 };
 
 std::vector<uint8_t> compile_spec(Graphs& graphs, const BlobSpec& spec) {
-  compiler::CompileOptions opt{spec.name, {{"seq", spec.seq}, {"ctx", spec.capacity}}};
+  compiler::CompileOptions opt{spec.name, {{"seq", spec.seq}, {"ctx", spec.capacity}}, spec.panels16_types};
   if (spec.last_row_logits) opt.symbols["out"] = 1;
   return blob::write_blob(compiler::compile(graphs.get(spec), opt));
 }
@@ -91,6 +94,7 @@ std::vector<std::pair<std::string, std::vector<uint8_t>>> compile_blobs(const st
   auto f = GgufFile::open(model_path);
   const model::HParams hp = model::HParams::from_gguf(*f);
   resolve_config(cfg, hp);
+  cfg.panels16_types = cfg.repack_weights ? cpu::create_cpu_device(1)->panels16_types() : std::vector<GgmlType>{};
   Graphs graphs{hp, *f, cfg.kv_type, nullptr, nullptr, nullptr};
   std::vector<std::pair<std::string, std::vector<uint8_t>>> out;
   for (const BlobSpec& spec : blob_specs(cfg)) out.emplace_back(spec.name, compile_spec(graphs, spec));
@@ -116,7 +120,7 @@ LlmRuntime::LlmRuntime(const std::string& model_path, RuntimeConfig cfg) : cfg_(
   stats_.kv_capacity = cfg_.variants.back();
 
   device_ = cpu::create_cpu_device(cfg_.threads);
-  bank_ = std::make_unique<GgufWeightsBank>(*gguf_);
+  cfg_.panels16_types = cfg_.repack_weights ? device_->panels16_types() : std::vector<GgmlType>{};
   queue_ = std::make_unique<driver::Queue>(*device_);
   load_blobs();
 }
@@ -135,6 +139,8 @@ void LlmRuntime::load_blobs() {
   const uint64_t header[2] = {hash_bytes(gguf_->file_data(), static_cast<size_t>(gguf_->data_offset())), gguf_->file_size()};
   const uint64_t model_hash = hash_bytes(header, sizeof header);
   BlobCache cache(cache_dir, model_hash);
+  // Packed weights are kept beside the model's blobs (the same key: the GGUF header and size).
+  bank_ = std::make_unique<GgufWeightsBank>(*gguf_, cache.enabled() ? cache.model_dir() + "/panels16" : "");
   Graphs graphs{hp_, *gguf_, cfg_.kv_type, nullptr, nullptr, nullptr};  // built only if something must be compiled
 
   // Every blob runs on the one queue, one at a time, so all of them share one scratch arena, as big
@@ -194,6 +200,8 @@ void LlmRuntime::load_blobs() {
     stats_.kv_row_bytes += static_cast<int64_t>(io.bytes) / capacity();
   }
   kv_ = driver::AlignedBuffer(total);
+  stats_.packed_weights_built = bank_->packed_built();
+  stats_.packed_weights_cached = bank_->packed_loaded();
 
   // Phase 2: record each blob's command list (the first one allocates the arena) and bind its
   // inputs, outputs and state once.

@@ -24,6 +24,7 @@
 #include "driver/driver.h"
 #include "formats/gguf.h"
 #include "model/hparams.h"
+#include "npuw/weights_bank.h"
 
 namespace npullm::npuw {
 
@@ -42,6 +43,11 @@ struct RuntimeConfig {
   // Element type of the K/V state: F16 (default, as llama.cpp), F32, or Q8_0 (blocks of 32 along
   // each head: the model's head size must be a multiple of 32). Anything else is refused.
   GgmlType kv_type = GgmlType::F16;
+  // Store MatMul weights in the layout the device reads fastest (formats/weight_layout.h), packed
+  // once and kept beside the blob cache; false keeps every weight as GGUF stores it.
+  bool repack_weights = true;
+  // Resolved from the device when repack_weights is on: the weight types stored as Panels16.
+  std::vector<GgmlType> panels16_types;
 };
 
 struct RuntimeStats {
@@ -57,6 +63,8 @@ struct RuntimeStats {
   int64_t kv_capacity = 0;             // C_max
   int64_t scratch_bytes = 0;           // the one scratch arena every blob shares (the largest blob's need)
   int64_t kv_row_bytes = 0;            // bytes one position takes in all state variables together
+  int64_t packed_weights_built = 0;    // weights packed into another layout in this process
+  int64_t packed_weights_cached = 0;   // packed weights mapped from the cache
 };
 
 // Capacities used when none are given: powers of two from 128 up to, and then exactly,
@@ -70,6 +78,7 @@ struct BlobSpec {
   int64_t seq = 0, capacity = 0;
   bool last_row_logits = false;      // Forward: logits of one chosen row (input logit_rows), not of all seq
   GgmlType kv_type = GgmlType::F16;
+  std::vector<GgmlType> panels16_types;  // MatMul weight types stored as Panels16
   std::string cache_config() const;  // what the blob cache keys on besides the model
 };
 std::vector<BlobSpec> blob_specs(const RuntimeConfig& cfg);  // cfg.variants must be resolved
@@ -123,7 +132,7 @@ class LlmRuntime {
   std::unique_ptr<GgufFile> gguf_;
   model::HParams hp_;
   std::unique_ptr<device::Device> device_;
-  std::unique_ptr<driver::WeightsBank> bank_;
+  std::unique_ptr<GgufWeightsBank> bank_;  // before the blobs: they point into its packed weights
   std::unique_ptr<driver::Queue> queue_;
   std::unique_ptr<Slot> prefill_;                     // P tokens
   std::vector<std::unique_ptr<Slot>> prefill_tails_;  // P/4, P/16, ... tokens

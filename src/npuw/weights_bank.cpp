@@ -1,18 +1,145 @@
 #include "npuw/weights_bank.h"
 
+#include <fcntl.h>
+#include <sys/mman.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstring>
+#include <filesystem>
+#include <fmt/format.h>
 #include <fmt/ranges.h>
 
 #include "common/error.h"
+#include "formats/weight_layout.h"
 
 namespace npullm::npuw {
+
+namespace fs = std::filesystem;
+
+namespace {
+
+// A packed file: this header (64 bytes, little-endian), then the packed bytes.
+struct PackedHeader {
+  char magic[8];     // "NPUPNL16"
+  uint32_t type;     // GgmlType
+  uint32_t layout;   // WeightLayout
+  int64_t rows, cols;
+  uint64_t bytes;    // of the packed data after the header
+  uint64_t source;   // offset of the tensor in the GGUF file (a different file has other offsets)
+  uint8_t pad[16];
+};
+static_assert(sizeof(PackedHeader) == 64);
+constexpr char kMagic[8] = {'N', 'P', 'U', 'P', 'N', 'L', '1', '6'};
+
+}  // namespace
+
+// One packed tensor: a read-only mapping of its file (header included), or memory of its own.
+struct GgufWeightsBank::Packed {
+  void* map = nullptr;
+  size_t map_bytes = 0;
+  driver::AlignedBuffer own;
+  const void* data() const { return map ? static_cast<const uint8_t*>(map) + sizeof(PackedHeader) : own.data(); }
+  ~Packed() {
+    if (map) ::munmap(map, map_bytes);
+  }
+};
+
+GgufWeightsBank::GgufWeightsBank(const GgufFile& f, std::string packed_dir) : f_(f), dir_(std::move(packed_dir)) {}
+GgufWeightsBank::~GgufWeightsBank() = default;
 
 const void* GgufWeightsBank::resolve(const blob::WeightRef& w) const {
   const GgufTensorInfo* t = f_.find_tensor(w.name);
   if (!t) fail("{}: the blob needs tensor '{}', which the model file lacks", f_.path(), w.name);
-  if (static_cast<uint32_t>(t->type) != w.type || t->dims != w.shape || t->n_bytes != w.bytes)
-    fail("{}: tensor '{}' is {} [{}] ({} bytes) but the blob was compiled for type {} [{}] ({} bytes)", f_.path(),
-         w.name, ggml_type_name(t->type), fmt::join(t->dims, ","), t->n_bytes, w.type, fmt::join(w.shape, ","), w.bytes);
-  return t->data;
+  const auto layout = static_cast<WeightLayout>(w.layout);
+  if (layout != WeightLayout::Rows && layout != WeightLayout::Panels16)
+    fail("{}: the blob wants tensor '{}' in unknown layout {}", f_.path(), w.name, w.layout);
+  const bool shape_ok = static_cast<uint32_t>(t->type) == w.type && t->dims == w.shape && !t->dims.empty();
+  const uint64_t want = shape_ok && (layout == WeightLayout::Rows || panels16_possible(t->type, t->dims[0]))
+                            ? weight_bytes(t->type, t->rows(), t->dims[0], layout) : 0;
+  if (!shape_ok || want != w.bytes)
+    fail("{}: tensor '{}' is {} [{}] ({} bytes as {}) but the blob was compiled for type {} [{}] ({} bytes)", f_.path(),
+         w.name, ggml_type_name(t->type), fmt::join(t->dims, ","), want, weight_layout_name(layout), w.type,
+         fmt::join(w.shape, ","), w.bytes);
+  if (layout == WeightLayout::Rows) return t->data;
+  return packed(*t, w);
+}
+
+const void* GgufWeightsBank::packed(const GgufTensorInfo& t, const blob::WeightRef& w) const {
+  std::lock_guard<std::mutex> lock(mu_);
+  if (auto it = packed_.find(w.name); it != packed_.end()) return it->second->data();
+  const int64_t rows = t.rows(), cols = t.dims[0];
+  const PackedHeader want{{}, static_cast<uint32_t>(t.type), w.layout, rows, cols, w.bytes, t.offset, {}};
+  auto p = std::make_unique<Packed>();
+  std::string path;
+  if (!dir_.empty()) {
+    std::string file = w.name;
+    for (char& c : file)
+      if (c == '/') c = '_';
+    path = fmt::format("{}/{}.w", dir_, file);
+    // A file that is there with the expected header and size is this tensor's packed form (it was
+    // renamed into place only once complete); anything else is rebuilt.
+    const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+    if (fd >= 0) {
+      struct stat st{};
+      PackedHeader h{};
+      const bool ok = ::fstat(fd, &st) == 0 && static_cast<uint64_t>(st.st_size) == sizeof h + w.bytes &&
+                      ::pread(fd, &h, sizeof h, 0) == static_cast<ssize_t>(sizeof h) &&
+                      std::memcmp(h.magic, kMagic, 8) == 0 && h.type == want.type && h.layout == want.layout &&
+                      h.rows == rows && h.cols == cols && h.bytes == w.bytes && h.source == want.source;
+      if (ok) {
+        void* m = ::mmap(nullptr, static_cast<size_t>(st.st_size), PROT_READ, MAP_PRIVATE, fd, 0);
+        if (m != MAP_FAILED) {
+          p->map = m;
+          p->map_bytes = static_cast<size_t>(st.st_size);
+        }
+      }
+      ::close(fd);
+      if (p->map) {
+        loaded_++;
+        return packed_.emplace(w.name, std::move(p)).first->second->data();
+      }
+    }
+  }
+  // Build it: pack from the mapping, then hand the source pages back.
+  driver::AlignedBuffer buf(w.bytes);
+  pack_panels16(t.type, t.data, rows, cols, buf.data(), 0, (rows + 15) / 16);
+  f_.release(t);
+  built_++;
+  if (!path.empty()) {
+    std::error_code ec;
+    fs::create_directories(dir_, ec);
+    const std::string tmp = fmt::format("{}.tmp.{}", path, ::getpid());
+    PackedHeader h = want;
+    std::memcpy(h.magic, kMagic, 8);
+    const int fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+    bool ok = fd >= 0 && ::write(fd, &h, sizeof h) == static_cast<ssize_t>(sizeof h);
+    for (uint64_t off = 0; ok && off < w.bytes;) {
+      const ssize_t n = ::write(fd, buf.data() + off, static_cast<size_t>(w.bytes - off));
+      ok = n > 0;
+      off += ok ? static_cast<uint64_t>(n) : 0;
+    }
+    if (fd >= 0) ::close(fd);
+    if (ok) fs::rename(tmp, path, ec);
+    if (!ok || ec) {
+      fmt::print(stderr, "npullm: warning: cannot store packed weight {} (kept in memory): {}\n", path,
+                 ok ? ec.message() : std::strerror(errno));
+      fs::remove(tmp, ec);
+    } else {
+      // Map the file just written (its pages are in the page cache) and drop the heap copy.
+      const int rfd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+      void* m = rfd >= 0 ? ::mmap(nullptr, sizeof h + w.bytes, PROT_READ, MAP_PRIVATE, rfd, 0) : MAP_FAILED;
+      if (rfd >= 0) ::close(rfd);
+      if (m != MAP_FAILED) {
+        p->map = m;
+        p->map_bytes = sizeof h + w.bytes;
+        return packed_.emplace(w.name, std::move(p)).first->second->data();
+      }
+    }
+  }
+  p->own = std::move(buf);
+  return packed_.emplace(w.name, std::move(p)).first->second->data();
 }
 
 }  // namespace npullm::npuw

@@ -1,6 +1,18 @@
 // The weights bank backed by the mmap'd GGUF file: blobs name tensors, the bank hands out pointers
 // into the mapping. One bank serves the prefill blob and every generate variant (weights live once).
+//
+// A blob may ask for a tensor in another layout than GGUF's (formats/weight_layout.h: Panels16,
+// for a device that reads 16 rows at once). The bank then builds that form from the mapping once,
+// keeps it on disk beside the blob cache (<dir>/panels16/<tensor>.w, written to a temporary name
+// and renamed into place) and maps it, so a second start reads it as it reads the GGUF file; the
+// GGUF pages it was built from are handed back, so the process holds one form of each weight.
+// Without a directory the packed forms live in memory for the bank's lifetime.
 #pragma once
+#include <map>
+#include <memory>
+#include <mutex>
+#include <string>
+
 #include "driver/driver.h"
 #include "formats/gguf.h"
 
@@ -8,11 +20,23 @@ namespace npullm::npuw {
 
 class GgufWeightsBank final : public driver::WeightsBank {
  public:
-  explicit GgufWeightsBank(const GgufFile& f) : f_(f) {}
+  // packed_dir: where packed forms are kept; empty keeps them in memory only.
+  explicit GgufWeightsBank(const GgufFile& f, std::string packed_dir = "");
+  ~GgufWeightsBank() override;
   const void* resolve(const blob::WeightRef& w) const override;
 
+  int packed_built() const { return built_; }    // packed forms made by this bank (not found on disk)
+  int packed_loaded() const { return loaded_; }  // packed forms mapped from disk
+
  private:
+  struct Packed;
+  const void* packed(const GgufTensorInfo& t, const blob::WeightRef& w) const;
+
   const GgufFile& f_;
+  std::string dir_;
+  mutable std::mutex mu_;
+  mutable std::map<std::string, std::unique_ptr<Packed>> packed_;
+  mutable int built_ = 0, loaded_ = 0;
 };
 
 }  // namespace npullm::npuw

@@ -59,7 +59,7 @@ BlobImage make_image() {
   img.weights = {
       {"token_embd.weight", kQ8_0, {64, 64}, 64 * 2 * 34},
       {"blk.0.attn_norm.weight", kF32, {64}, 256},
-      {"output.weight", kQ4_0, {64, 64}, 64 * 2 * 18},
+      {"output.weight", kQ4_0, {64, 64}, 64 * 2 * 18 + 64, 16},  // panels16
   };
   img.consts.resize(128);
   for (size_t i = 0; i < img.consts.size(); ++i) img.consts[i] = static_cast<uint8_t>(i * 7 + 3);
@@ -140,6 +140,7 @@ void expect_equal(const BlobImage& a, const BlobImage& b) {
     EXPECT_EQ(a.weights[i].type, b.weights[i].type);
     EXPECT_EQ(a.weights[i].shape, b.weights[i].shape);
     EXPECT_EQ(a.weights[i].bytes, b.weights[i].bytes);
+    EXPECT_EQ(a.weights[i].layout, b.weights[i].layout);
   }
   ASSERT_EQ(a.relocs.size(), b.relocs.size());
   for (size_t i = 0; i < a.relocs.size(); ++i) {
@@ -581,6 +582,7 @@ TEST(BlobElf, BadImagesAreRefusedByTheReader) {
       {"empty io name", [](BlobImage& i) { i.ios[1].name.clear(); }, "empty name"},
       {"duplicate weight", [](BlobImage& i) { i.weights[2].name = i.weights[0].name; }, "appears twice"},
       {"negative dim", [](BlobImage& i) { i.weights[1].shape[0] = -64; }, "negative"},
+      {"weight layout", [](BlobImage& i) { i.weights[1].layout = 8; }, "weight 'blk.0.attn_norm.weight': unknown layout 8"},
       {"plan past scratch", [](BlobImage& i) { i.plan[3].bytes = 4096; }, "outside the 8192-byte scratch"},
       {"plan stages", [](BlobImage& i) { i.plan[0].last_stage = 5; }, "stages [0, 5]"},
       {"plan stages reversed", [](BlobImage& i) { i.plan[1].first_stage = 1, i.plan[1].last_stage = 0; }, "stages [1, 0]"},

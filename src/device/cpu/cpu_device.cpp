@@ -59,7 +59,7 @@ void run_chunk(const TaskDesc& t, int64_t b, int64_t e, float* work, const void*
       break;
     case OpCode::MatMul:
       matmul(p<const float>(t, 0), t.dim[0], t.dim[1], p<const void>(t, 1), ty(t, 1), p<const float>(t, 3),
-             p<const float>(t, 4), p<float>(t, 2), t.dim[2], b, e, work, xq);
+             p<const float>(t, 4), p<float>(t, 2), t.dim[2], b, e, work, xq, static_cast<WeightLayout>(t.iparam[0]));
       break;
     case OpCode::Add: add(p<const float>(t, 0), p<const float>(t, 1), p<float>(t, 2), b, e); break;
     case OpCode::SwiGlu: swiglu(p<const float>(t, 0), p<const float>(t, 1), p<float>(t, 2), b, e); break;
@@ -85,13 +85,31 @@ class CpuDevice final : public device::Device {
   explicit CpuDevice(int threads) : pool_(threads), work_(static_cast<size_t>(pool_.threads())) {}
 
   std::string name() const override { return std::string("cpu (") + kernel_isa() + ")"; }
+  // The int8 types, where the vector path reads 16 rows at once (AVX-512, AMX): one load per
+  // vector instead of a 16-row transpose. The AVX2 and scalar paths read Panels16 too (same
+  // bits) but gain nothing from it, so there weights stay as GGUF stores them.
+  std::vector<GgmlType> panels16_types() const override {
+    const std::string isa = kernel_isa();
+    if (isa != "avx512" && isa != "amx") return {};
+    std::vector<GgmlType> out;
+    for (GgmlType t : {GgmlType::Q4_0, GgmlType::Q4_1, GgmlType::Q5_0, GgmlType::Q5_1, GgmlType::Q8_0, GgmlType::Q4_K,
+                       GgmlType::Q5_K, GgmlType::Q6_K})
+      if (matmul_reads_panels16(t, 1024)) out.push_back(t);
+    return out;
+  }
   int threads() const override { return pool_.threads(); }
 
   void prepare(const device::Program& prog) override {
     int64_t need = 0;
     for (size_t i = 0; i < prog.n_tasks; ++i) {
       const TaskDesc& t = prog.tasks[i];
-      if (t.op == static_cast<uint32_t>(OpCode::MatMul)) need = std::max(need, matmul_work_floats(t.dim[1]));
+      if (t.op == static_cast<uint32_t>(OpCode::MatMul)) {
+        need = std::max(need, matmul_work_floats(t.dim[1]));
+        const auto layout = static_cast<WeightLayout>(t.iparam[0]);
+        if (layout != WeightLayout::Rows && (layout != WeightLayout::Panels16 || !matmul_reads_panels16(ty(t, 1), t.dim[1])))
+          fail("cpu device: task {} (MatMul) has a {} weight of {} columns in layout {}, which this device cannot read", i,
+               ggml_type_name(ty(t, 1)), t.dim[1], t.iparam[0]);
+      }
       if (t.op == static_cast<uint32_t>(OpCode::Attention)) need = std::max(need, attention_work_floats(t.dim[4]));
       if (split_of(t).length <= 0 && t.op != static_cast<uint32_t>(OpCode::Embed))
         fail("cpu device: task {} ({}) has an empty range", i, blob::op_name(t.op));

@@ -1,0 +1,110 @@
+// Weights repacked into the layout the CPU device prefers (formats/weight_layout.h: Panels16) give
+// the same logits, bit for bit, as the GGUF layout; the packed forms are built once, kept beside
+// the blob cache and mapped on the next start, and a damaged one is rebuilt.
+#include <gtest/gtest.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cstdio>
+#include <cstring>
+#include <filesystem>
+#include <string>
+#include <vector>
+
+#include "device/cpu/cpu_device.h"
+#include "model/synth.h"
+#include "npuw/llm_runtime.h"
+
+namespace npullm {
+namespace {
+
+namespace fs = std::filesystem;
+
+struct RunResult {
+  std::vector<float> logits;  // prefill (every row) then each decode step's
+  npuw::RuntimeStats stats;
+};
+
+RunResult run(const std::string& model, bool repack, const std::string& cache_dir) {
+  npuw::RuntimeConfig cfg;
+  cfg.prefill_chunk = 16;
+  cfg.variants = {64};
+  cfg.threads = 2;
+  cfg.all_logits = true;
+  cfg.repack_weights = repack;
+  cfg.use_cache = !cache_dir.empty();
+  cfg.cache_dir = cache_dir;
+  npuw::LlmRuntime rt(model, cfg);
+  std::vector<int32_t> ids(21);
+  for (size_t i = 0; i < ids.size(); ++i) ids[i] = static_cast<int32_t>((i * 37 + 5) % static_cast<size_t>(rt.n_vocab()));
+  RunResult r;
+  rt.prefill(ids, &r.logits);
+  int32_t next = 1;
+  for (int step = 0; step < 6; ++step) {
+    const auto l = rt.decode(next);
+    r.logits.insert(r.logits.end(), l.begin(), l.end());
+    next = static_cast<int32_t>(std::max_element(l.begin(), l.end()) - l.begin());
+  }
+  r.stats = rt.stats();
+  return r;
+}
+
+bool same_bits(const std::vector<float>& a, const std::vector<float>& b) {
+  return a.size() == b.size() && std::memcmp(a.data(), b.data(), a.size() * sizeof(float)) == 0;
+}
+
+TEST(WeightRepack, SameLogitsBuiltOnceThenMappedAndRebuiltWhenDamaged) {
+  if (cpu::create_cpu_device(1)->panels16_types().empty())
+    GTEST_SKIP() << "this CPU's device keeps every weight in the GGUF layout (no AVX-512)";
+  const fs::path dir = fs::temp_directory_path() / ("npullm-repack-" + std::to_string(::getpid()));
+  fs::remove_all(dir);
+  fs::create_directories(dir);
+  // Q4_K_M mixes Q4_K, Q6_K and, for the narrow tensors, the 32-element types; Q8_0 and Q4_0 whole.
+  for (const char* type : {"Q4_K_M", "Q8_0", "Q4_0"}) {
+    SCOPED_TRACE(type);
+    const std::string model = (dir / (std::string(type) + ".gguf")).string();
+    model::SynthOptions o;
+    o.shape = model::synth_preset("tiny");
+    o.type = model::synth_file_type(type);
+    o.seed = 3;
+    o.threads = 2;
+    model::synth_write(o, model);
+    const std::string cache = (dir / (std::string("cache-") + type)).string();
+
+    const RunResult rows = run(model, false, "");
+    EXPECT_EQ(rows.stats.packed_weights_built, 0);
+    const RunResult first = run(model, true, cache);
+    EXPECT_GT(first.stats.packed_weights_built, 0);
+    EXPECT_EQ(first.stats.packed_weights_cached, 0);
+    EXPECT_TRUE(same_bits(first.logits, rows.logits));
+
+    const RunResult second = run(model, true, cache);
+    EXPECT_EQ(second.stats.packed_weights_built, 0);
+    EXPECT_EQ(second.stats.packed_weights_cached, first.stats.packed_weights_built);
+    EXPECT_EQ(second.stats.compiled_blobs, 0);
+    EXPECT_TRUE(same_bits(second.logits, rows.logits));
+
+    // Damage one packed file (cut short, then a wrong header): rebuilt, same logits.
+    std::vector<fs::path> files;
+    for (const auto& e : fs::recursive_directory_iterator(cache))
+      if (e.path().extension() == ".w") files.push_back(e.path());
+    ASSERT_EQ(static_cast<int64_t>(files.size()), first.stats.packed_weights_built);
+    fs::resize_file(files[0], fs::file_size(files[0]) - 1);
+    const RunResult cut = run(model, true, cache);
+    EXPECT_EQ(cut.stats.packed_weights_built, 1);
+    EXPECT_TRUE(same_bits(cut.logits, rows.logits));
+    {
+      FILE* f = std::fopen(files[1].c_str(), "r+b");
+      ASSERT_NE(f, nullptr);
+      std::fputc('X', f);  // the magic
+      std::fclose(f);
+    }
+    const RunResult bad = run(model, true, cache);
+    EXPECT_EQ(bad.stats.packed_weights_built, 1);
+    EXPECT_TRUE(same_bits(bad.logits, rows.logits));
+  }
+  fs::remove_all(dir);
+}
+
+}  // namespace
+}  // namespace npullm
