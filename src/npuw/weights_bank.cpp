@@ -35,12 +35,16 @@ constexpr char kMagic[8] = {'N', 'P', 'U', 'P', 'N', 'L', '1', '6'};
 
 }  // namespace
 
-// One packed tensor: a read-only mapping of its file (header included), or memory of its own.
+// One packed tensor: a read-only mapping of its file (data after the header), or anonymous pages
+// of its own (data at 0). Pages straight from mmap, not the heap: a transient packing buffer goes
+// back to the system when unmapped, where freed heap blocks of this size could stay resident.
 struct GgufWeightsBank::Packed {
   void* map = nullptr;
-  size_t map_bytes = 0;
-  driver::AlignedBuffer own;
-  const void* data() const { return map ? static_cast<const uint8_t*>(map) + sizeof(PackedHeader) : own.data(); }
+  size_t map_bytes = 0, data_offset = 0;
+  const void* data() const { return static_cast<const uint8_t*>(map) + data_offset; }
+  Packed() = default;
+  Packed(const Packed&) = delete;
+  Packed& operator=(const Packed&) = delete;
   ~Packed() {
     if (map) ::munmap(map, map_bytes);
   }
@@ -93,6 +97,7 @@ const void* GgufWeightsBank::packed(const GgufTensorInfo& t, const blob::WeightR
         if (m != MAP_FAILED) {
           p->map = m;
           p->map_bytes = static_cast<size_t>(st.st_size);
+          p->data_offset = sizeof(PackedHeader);
         }
       }
       ::close(fd);
@@ -103,8 +108,15 @@ const void* GgufWeightsBank::packed(const GgufTensorInfo& t, const blob::WeightR
     }
   }
   // Build it: pack from the mapping, then hand the source pages back.
-  driver::AlignedBuffer buf(w.bytes);
-  pack_panels16(t.type, t.data, rows, cols, buf.data(), 0, (rows + 15) / 16);
+  Packed buf;
+  buf.map_bytes = static_cast<size_t>(w.bytes);
+  buf.map = ::mmap(nullptr, buf.map_bytes, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+  if (buf.map == MAP_FAILED) {
+    buf.map = nullptr;
+    fail("{}: cannot allocate {} bytes to repack tensor '{}': {}", f_.path(), w.bytes, w.name, std::strerror(errno));
+  }
+  auto* bytes = static_cast<uint8_t*>(buf.map);
+  pack_panels16(t.type, t.data, rows, cols, bytes, 0, (rows + 15) / 16);
   f_.release(t);
   built_++;
   if (!path.empty()) {
@@ -116,7 +128,7 @@ const void* GgufWeightsBank::packed(const GgufTensorInfo& t, const blob::WeightR
     const int fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
     bool ok = fd >= 0 && ::write(fd, &h, sizeof h) == static_cast<ssize_t>(sizeof h);
     for (uint64_t off = 0; ok && off < w.bytes;) {
-      const ssize_t n = ::write(fd, buf.data() + off, static_cast<size_t>(w.bytes - off));
+      const ssize_t n = ::write(fd, bytes + off, static_cast<size_t>(w.bytes - off));
       ok = n > 0;
       off += ok ? static_cast<uint64_t>(n) : 0;
     }
@@ -134,11 +146,14 @@ const void* GgufWeightsBank::packed(const GgufTensorInfo& t, const blob::WeightR
       if (m != MAP_FAILED) {
         p->map = m;
         p->map_bytes = sizeof h + w.bytes;
+        p->data_offset = sizeof h;
         return packed_.emplace(w.name, std::move(p)).first->second->data();
       }
     }
   }
-  p->own = std::move(buf);
+  ::mprotect(buf.map, buf.map_bytes, PROT_READ);
+  std::swap(p->map, buf.map);
+  std::swap(p->map_bytes, buf.map_bytes);
   return packed_.emplace(w.name, std::move(p)).first->second->data();
 }
 
