@@ -428,7 +428,11 @@ void GgufFile::release(const GgufTensorInfo& t) const {
   const auto page = static_cast<uintptr_t>(::sysconf(_SC_PAGESIZE));
   const auto begin = (reinterpret_cast<uintptr_t>(t.data) + page - 1) / page * page;  // whole pages inside
   const auto end = (reinterpret_cast<uintptr_t>(t.data) + t.n_bytes) / page * page;
-  if (end > begin) ::madvise(reinterpret_cast<void*>(begin), end - begin, MADV_DONTNEED);
+  if (end <= begin) return;
+  // MADV_RANDOM too: no read-ahead and no fault-around into these pages when a neighbouring
+  // tensor is read (fault-around maps up to 64 KiB of cached pages around each fault).
+  ::madvise(reinterpret_cast<void*>(begin), end - begin, MADV_DONTNEED);
+  ::madvise(reinterpret_cast<void*>(begin), end - begin, MADV_RANDOM);
 }
 
 

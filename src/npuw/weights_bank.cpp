@@ -102,6 +102,7 @@ const void* GgufWeightsBank::packed(const GgufTensorInfo& t, const blob::WeightR
       }
       ::close(fd);
       if (p->map) {
+        f_.release(t);  // never read here: keep its pages out of this process
         loaded_++;
         return packed_.emplace(w.name, std::move(p)).first->second->data();
       }
