@@ -5,6 +5,7 @@
 #include <random>
 
 #include "common/error.h"
+#include "blob/blob_image.h"
 #include "compiler/compiler.h"
 #include "compiler/memory_plan.h"
 #include "compiler/passes.h"
@@ -228,6 +229,54 @@ TEST(Compiler, StateBuffersAndOperandTypesFollowTheKvType) {
   EXPECT_THROW(model::build_llama_graph(shp, *s, GgmlType::Q8_0), Error);
   EXPECT_THROW(model::build_rerotate_graph(shp, *s, GgmlType::Q8_0), Error);
   EXPECT_THROW(model::build_llama_graph(shp, *s, GgmlType::Q4_0), Error);
+}
+
+}  // namespace
+}  // namespace npullm
+
+namespace npullm {
+namespace {
+
+// Weights read only as MatMul weights, of a listed type, with rows of whole dwords, are stored as
+// Panels16; a weight another op reads (here the tied embedding) or with 18-byte rows stays as rows.
+TEST(Compiler, Panels16OnlyForMatMulOnlyWeightsOfListedTypesWithDwordRows) {
+  constexpr uint32_t kQ4_0 = 2, kQ8_0 = 8;
+  ir::Graph g;
+  auto weight = [&](const char* name, uint32_t type, int64_t K, int64_t N) {
+    return g.add({.op = Op::Weight, .name = name, .shape = {N, K}, .type = type, .weight_dims = {K, N}});
+  };
+  int ids = g.add({.op = Op::Parameter, .name = "ids", .shape = {"seq"}, .type = kI32, .io_role = ir::IoRole::Input});
+  int embd = weight("embd", kQ8_0, 64, 32);
+  int w1 = weight("w1", kQ4_0, 64, 40);
+  int w2 = weight("w2", kQ4_0, 32, 16);
+  int x = g.add({.op = Op::Embed, .name = "x", .inputs = {embd, ids}, .shape = {"seq", 64}, .type = kF32});
+  int y = g.add({.op = Op::MatMul, .name = "y", .inputs = {x, w1, ir::kNoInput, ir::kNoInput}, .shape = {"seq", 40}, .type = kF32});
+  int z = g.add({.op = Op::MatMul, .name = "z", .inputs = {x, embd, ir::kNoInput, ir::kNoInput}, .shape = {"seq", 32}, .type = kF32});
+  int r = g.add({.op = Op::MatMul, .name = "r", .inputs = {z, w2, ir::kNoInput, ir::kNoInput}, .shape = {"seq", 16}, .type = kF32});
+  g.add({.op = Op::Result, .name = "y", .inputs = {y}, .shape = {"seq", 40}, .type = kF32});
+  g.add({.op = Op::Result, .name = "r", .inputs = {r}, .shape = {"seq", 16}, .type = kF32});
+
+  for (bool packed : {false, true}) {
+    compiler::CompileOptions opt{"p", {{"seq", 4}}};
+    if (packed) opt.panels16_types = {GgmlType::Q4_0, GgmlType::Q8_0};
+    const std::vector<uint8_t> bytes = blob::write_blob(compiler::compile(g, opt));
+    const blob::BlobImage img = blob::read_blob(bytes.data(), bytes.size(), "p");
+    std::map<std::string, blob::WeightRef> refs;
+    for (const auto& w : img.weights) refs[w.name] = w;
+    ASSERT_EQ(refs.size(), 3u);
+    EXPECT_EQ(refs["embd"].layout, 0u);
+    EXPECT_EQ(refs["embd"].bytes, 32u * 68);
+    EXPECT_EQ(refs["w2"].layout, 0u);  // 18-byte rows
+    EXPECT_EQ(refs["w1"].layout, packed ? 16u : 0u);
+    EXPECT_EQ(refs["w1"].bytes, packed ? 3u * 16 * 36 + 64 : 40u * 36);
+    int matmuls = 0;
+    for (const blob::TaskDesc& t : img.tasks) {
+      if (t.op != static_cast<uint32_t>(blob::OpCode::MatMul)) continue;
+      ++matmuls;
+      EXPECT_EQ(t.iparam[0], packed && t.dim[2] == 40 ? 16 : 0) << "MatMul with N = " << t.dim[2];
+    }
+    EXPECT_EQ(matmuls, 3);
+  }
 }
 
 }  // namespace

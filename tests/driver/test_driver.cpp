@@ -238,5 +238,29 @@ TEST(Driver, RefusesSmallBuffersUnknownNamesAndCorruptBlobs) {
   EXPECT_THROW(driver::Executable(bytes, "corrupt", bank, *dev), Error);
 }
 
+// A device refuses a MatMul whose weight layout it cannot read (here Panels16 for F32 weights,
+// which only a compiler told to pack F32 would emit), naming the task, when the blob is loaded.
+TEST(Driver, DeviceRefusesAWeightLayoutItCannotRead) {
+  ir::Graph g;
+  int x = g.add({.op = Op::Parameter, .name = "x", .shape = {4, 64}, .type = 0, .io_role = ir::IoRole::Input});
+  int w = g.add({.op = Op::Weight, .name = "w", .shape = {16, 64}, .type = 0, .weight_dims = {64, 16}});
+  int y = g.add({.op = Op::MatMul, .name = "y", .inputs = {x, w, ir::kNoInput, ir::kNoInput}, .shape = {4, 16}, .type = 0});
+  g.add({.op = Op::Result, .name = "y", .inputs = {y}, .shape = {4, 16}, .type = 0});
+  compiler::CompileOptions opt{"packed-f32", {}};
+  opt.panels16_types = {GgmlType::F32};
+  const std::vector<uint8_t> bytes = blob::write_blob(compiler::compile(g, opt));
+  struct OneWeight : driver::WeightsBank {
+    std::vector<float> data = std::vector<float>(2048);
+    const void* resolve(const blob::WeightRef&) const override { return data.data(); }
+  } bank;
+  auto dev = cpu::create_cpu_device(1);
+  try {
+    driver::Executable exe(bytes, "packed-f32", bank, *dev);
+    FAIL() << "loaded";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("in layout 16, which this device cannot read"), std::string::npos) << e.what();
+  }
+}
+
 }  // namespace
 }  // namespace npullm
