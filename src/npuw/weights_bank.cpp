@@ -13,6 +13,7 @@
 
 #include "common/error.h"
 #include "formats/weight_layout.h"
+#include "npuw/blob_cache.h"
 
 namespace npullm::npuw {
 
@@ -28,7 +29,11 @@ struct PackedHeader {
   int64_t rows, cols;
   uint64_t bytes;    // of the packed data after the header
   uint64_t source;   // offset of the tensor in the GGUF file (a different file has other offsets)
-  uint8_t pad[16];
+  // The cache is keyed by the GGUF header, which does not change when only weight values do (a
+  // re-quantised or re-synthesised file of the same shape): the file's modification time and a
+  // hash of three 4 KiB samples of the tensor tell a packed form made from other values.
+  int64_t mtime_ns;
+  uint64_t sample;
 };
 static_assert(sizeof(PackedHeader) == 64);
 constexpr char kMagic[8] = {'N', 'P', 'U', 'P', 'N', 'L', '1', '6'};
@@ -50,7 +55,20 @@ struct GgufWeightsBank::Packed {
   }
 };
 
-GgufWeightsBank::GgufWeightsBank(const GgufFile& f, std::string packed_dir) : f_(f), dir_(std::move(packed_dir)) {}
+GgufWeightsBank::GgufWeightsBank(const GgufFile& f, std::string packed_dir) : f_(f), dir_(std::move(packed_dir)) {
+  struct stat st{};
+  if (!dir_.empty() && ::stat(f_.path().c_str(), &st) == 0)
+    mtime_ns_ = static_cast<int64_t>(st.st_mtim.tv_sec) * 1000000000 + st.st_mtim.tv_nsec;
+}
+
+// xxh3 of the tensor's first, middle and last 4 KiB (or all of it when smaller).
+uint64_t GgufWeightsBank::sample_hash(const GgufTensorInfo& t) {
+  constexpr uint64_t kSlice = 4096;
+  if (t.n_bytes <= 3 * kSlice) return hash_bytes(t.data, t.n_bytes);
+  const uint64_t parts[3] = {hash_bytes(t.data, kSlice), hash_bytes(t.data + (t.n_bytes / 2 & ~uint64_t{63}), kSlice),
+                             hash_bytes(t.data + t.n_bytes - kSlice, kSlice)};
+  return hash_bytes(parts, sizeof parts);
+}
 GgufWeightsBank::~GgufWeightsBank() = default;
 
 const void* GgufWeightsBank::resolve(const blob::WeightRef& w) const {
@@ -74,7 +92,7 @@ const void* GgufWeightsBank::packed(const GgufTensorInfo& t, const blob::WeightR
   std::lock_guard<std::mutex> lock(mu_);
   if (auto it = packed_.find(w.name); it != packed_.end()) return it->second->data();
   const int64_t rows = t.rows(), cols = t.dims[0];
-  const PackedHeader want{{}, static_cast<uint32_t>(t.type), w.layout, rows, cols, w.bytes, t.offset, {}};
+  const PackedHeader want{{}, static_cast<uint32_t>(t.type), w.layout, rows, cols, w.bytes, t.offset, mtime_ns_, sample_hash(t)};
   auto p = std::make_unique<Packed>();
   std::string path;
   if (!dir_.empty()) {
@@ -91,7 +109,8 @@ const void* GgufWeightsBank::packed(const GgufTensorInfo& t, const blob::WeightR
       const bool ok = ::fstat(fd, &st) == 0 && static_cast<uint64_t>(st.st_size) == sizeof h + w.bytes &&
                       ::pread(fd, &h, sizeof h, 0) == static_cast<ssize_t>(sizeof h) &&
                       std::memcmp(h.magic, kMagic, 8) == 0 && h.type == want.type && h.layout == want.layout &&
-                      h.rows == rows && h.cols == cols && h.bytes == w.bytes && h.source == want.source;
+                      h.rows == rows && h.cols == cols && h.bytes == w.bytes && h.source == want.source &&
+                      h.mtime_ns == want.mtime_ns && h.sample == want.sample;
       if (ok) {
         void* m = ::mmap(nullptr, static_cast<size_t>(st.st_size), PROT_READ, MAP_PRIVATE, fd, 0);
         if (m != MAP_FAILED) {

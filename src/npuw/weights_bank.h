@@ -6,6 +6,8 @@
 // keeps it on disk beside the blob cache (<dir>/panels16/<tensor>.w, written to a temporary name
 // and renamed into place) and maps it, so a second start reads it as it reads the GGUF file; the
 // GGUF pages it was built from are handed back, so the process holds one form of each weight.
+// A packed file records the GGUF file's modification time and a hash of samples of the tensor:
+// one made from other weight values (the blob cache key is the GGUF header only) is rebuilt.
 // Without a directory the packed forms live in memory for the bank's lifetime.
 #pragma once
 #include <map>
@@ -31,9 +33,11 @@ class GgufWeightsBank final : public driver::WeightsBank {
  private:
   struct Packed;
   const void* packed(const GgufTensorInfo& t, const blob::WeightRef& w) const;
+  static uint64_t sample_hash(const GgufTensorInfo& t);
 
   const GgufFile& f_;
   std::string dir_;
+  int64_t mtime_ns_ = 0;  // of the GGUF file: packed forms made from an older file are rebuilt
   mutable std::mutex mu_;
   mutable std::map<std::string, std::unique_ptr<Packed>> packed_;
   mutable int built_ = 0, loaded_ = 0;

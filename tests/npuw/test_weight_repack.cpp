@@ -1,6 +1,7 @@
 // Weights repacked into the layout the CPU device prefers (formats/weight_layout.h: Panels16) give
 // the same logits, bit for bit, as the GGUF layout; the packed forms are built once, kept beside
-// the blob cache and mapped on the next start, and a damaged one is rebuilt.
+// the blob cache and mapped on the next start, and a damaged one, or one made from other weight
+// values under the same GGUF header, is rebuilt.
 #include <gtest/gtest.h>
 #include <unistd.h>
 
@@ -12,6 +13,7 @@
 #include <vector>
 
 #include "device/cpu/cpu_device.h"
+#include "formats/gguf.h"
 #include "model/synth.h"
 #include "npuw/llm_runtime.h"
 
@@ -53,7 +55,7 @@ bool same_bits(const std::vector<float>& a, const std::vector<float>& b) {
   return a.size() == b.size() && std::memcmp(a.data(), b.data(), a.size() * sizeof(float)) == 0;
 }
 
-TEST(WeightRepack, SameLogitsBuiltOnceThenMappedAndRebuiltWhenDamaged) {
+TEST(WeightRepack, SameLogitsBuiltOnceThenMappedRebuiltWhenDamagedOrStale) {
   if (cpu::create_cpu_device(1)->panels16_types().empty())
     GTEST_SKIP() << "this CPU's device keeps every weight in the GGUF layout (no AVX-512)";
   const fs::path dir = fs::temp_directory_path() / ("npullm-repack-" + std::to_string(::getpid()));
@@ -102,6 +104,32 @@ TEST(WeightRepack, SameLogitsBuiltOnceThenMappedAndRebuiltWhenDamaged) {
     const RunResult bad = run(model, true, cache);
     EXPECT_EQ(bad.stats.packed_weights_built, 1);
     EXPECT_TRUE(same_bits(bad.logits, rows.logits));
+
+    // New weight values under the same header (the blob cache key): the packed forms are rebuilt
+    // when the file's time changed, and from the samples when even the time is put back.
+    const std::string tensor = "blk.1.ffn_up.weight";
+    uint64_t at = 0;
+    {
+      auto f = GgufFile::open(model);
+      at = f->data_offset() + f->tensor(tensor).offset + 64;
+    }
+    for (bool keep_time : {false, true}) {
+      SCOPED_TRACE(keep_time ? "time put back" : "time changed");
+      const auto time = fs::last_write_time(model);
+      {
+        FILE* f = std::fopen(model.c_str(), "r+b");
+        ASSERT_NE(f, nullptr);
+        std::fseek(f, static_cast<long>(at), SEEK_SET);
+        for (int i = 0; i < 32; ++i) std::fputc(keep_time ? 0x11 * i : 0x5A ^ i, f);
+        std::fclose(f);
+      }
+      if (keep_time) fs::last_write_time(model, time);
+      const RunResult fresh = run(model, false, "");
+      EXPECT_FALSE(same_bits(fresh.logits, rows.logits)) << "the edit changes the model";
+      const RunResult repacked = run(model, true, cache);
+      EXPECT_GE(repacked.stats.packed_weights_built, 1);
+      EXPECT_TRUE(same_bits(repacked.logits, fresh.logits));
+    }
   }
   fs::remove_all(dir);
 }
