@@ -1027,7 +1027,13 @@ void gemv_panels(const uint8_t* W, size_t row_bytes, int64_t nu, const XQ& x, in
     const int cnt = nu - u < S ? static_cast<int>(nu - u) : S;
     if (pfp < pf_stop) {
       _Pragma("GCC unroll 128")
-      for (int l = 0; l < kLines; ++l) __builtin_prefetch(pfp + 64 * l, 0, 3);
+      for (int l = 0; l < kLines; ++l) {
+        // A packed panel is one linear run: two panels ahead into L2 measured 5-7 % faster than
+        // one panel ahead into L1 (2 threads, 2048 x 5632, Q4_0 / Q4_K / Q8_0, three alternating
+        // rounds), three ahead no better, two ahead into L1 10 % slower.
+        if constexpr (is_packed<PN>()) __builtin_prefetch(pfp + panel_bytes + 64 * l, 0, 2);
+        else __builtin_prefetch(pfp + 64 * l, 0, 3);
+      }
     }
     if constexpr (octets) {
       if (cnt == 8) {
