@@ -24,14 +24,13 @@
 namespace npullm::compiler {
 
 // Part of every blob cache key: change it whenever the same graph compiles to different tasks
-// (2: SwiGlu writes over its gate in place).
-inline constexpr const char* kCompilerVersion = "npullm-compiler-2";
+// (2: SwiGlu writes over its gate in place; 3: Panels16 weights, rows padded to whole dwords).
+inline constexpr const char* kCompilerVersion = "npullm-compiler-3";
 
 struct CompileOptions {
   std::string name;                          // blob name (stored in .npu.meta)
   std::map<std::string, int64_t> symbols;    // values of the graph's dynamic dimensions
-  // Weights read only as MatMul weights, of these types and with rows of whole dwords, are stored
-  // as panels of 16 rows (formats/weight_layout.h) for a device that reads them faster so; the
+  // Weights read only as MatMul weights, of these types, are stored as panels of 16 rows (formats/weight_layout.h) for a device that reads them faster so; the
   // blob's weight records and MatMul tasks say so, and the weights bank provides them packed.
   std::vector<GgmlType> panels16_types;
 };

@@ -324,7 +324,7 @@ class Lowering {
   std::vector<int> stage_;
   int n_stages_ = 0;
   // Panels16 for a weight whose every reader is a MatMul taking it as its weight (input 1), of a
-  // type the options list, with rows of whole dwords; rows (as in GGUF) otherwise.
+  // type the options list; rows (as in GGUF) otherwise.
   WeightLayout weight_layout(int w) const {
     const ir::Node& n = g_.node(w);
     const auto type = static_cast<GgmlType>(n.type);

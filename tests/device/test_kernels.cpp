@@ -601,13 +601,14 @@ TEST_P(KernelIsa, Q8_0DecodeEdges) {
 
 // Weights in the Panels16 layout (formats/weight_layout.h) give the model's bits on every path:
 // block counts that end on an octet, a pair and a single block (the decode loop's steps), Q6_K
-// super-blocks at odd offsets (fields 2 bytes into a dword), a last panel cut short (N = 40, 1),
+// super-blocks at odd offsets (fields 2 bytes into a dword), rows padded to whole dwords (odd block
+// counts of the 2-byte-aligned types: Q4_0 K = 32, Q6_K K = 256, 768), a last panel cut short (N = 40, 1),
 // ranges that start at later panels, decode and prefill M, x quantised inside or up front.
 TEST_P(KernelIsa, Int8MatmulPanels16MatchesModelBitForBit) {
   uint32_t seed = 1500;
   for (const MatmulCase& c : matmul_cases()) {
     if (!uses_int8(c.type)) continue;
-    const std::vector<int64_t> Ks = c.Ks.back() % 256 == 0 ? std::vector<int64_t>{512, 1024} : std::vector<int64_t>{64, 320, 576};
+    const std::vector<int64_t> Ks = c.Ks.back() % 256 == 0 ? std::vector<int64_t>{256, 512, 768} : std::vector<int64_t>{32, 64, 96, 320, 544};
     for (int64_t K : Ks) {
       ASSERT_TRUE(matmul_reads_panels16(c.type, K)) << c.name << " K=" << K;
       for (int64_t M : {1, 2, 4, 5, 33}) {
@@ -1120,8 +1121,8 @@ TEST(KernelErrors, BadArgumentsThrow) {
                Error);  // Q8_0 heads must be whole blocks of 32
   // Panels16: only the int8 types with whole dwords per row, ranges that start at a panel.
   EXPECT_FALSE(matmul_reads_panels16(GgmlType::F16, 64));
-  EXPECT_FALSE(matmul_reads_panels16(GgmlType::Q4_0, 32));  // 18-byte rows
-  EXPECT_TRUE(matmul_reads_panels16(GgmlType::Q4_0, 64));
+  EXPECT_TRUE(matmul_reads_panels16(GgmlType::Q4_0, 32));  // 18-byte rows, padded to 20
+  EXPECT_FALSE(matmul_reads_panels16(GgmlType::Q4_0, 48));  // not whole blocks
   EXPECT_THROW(matmul(x.data(), 1, 64, w.data(), GgmlType::F16, nullptr, nullptr, out.data(), 16, 0, 16, work.data(),
                       nullptr, WeightLayout::Panels16),
                Error);

@@ -95,7 +95,7 @@ class CpuDevice final : public device::Device {
     for (GgmlType t : {GgmlType::Q4_0, GgmlType::Q4_1, GgmlType::Q5_0, GgmlType::Q5_1, GgmlType::Q8_0, GgmlType::Q4_K,
                        GgmlType::Q5_K, GgmlType::Q6_K})
       if (matmul_reads_panels16(t, 1024)) out.push_back(t);
-    return out;
+    return out;  // every int8 type
   }
   int threads() const override { return pool_.threads(); }
 

@@ -539,7 +539,8 @@ void matmul(const float* x, int64_t M, int64_t K, const void* W, GgmlType wt, co
     fail("matmul: a {} weight of {} columns cannot be read as panels of 16 rows", ggml_type_name(wt), K);
   if (layout != WeightLayout::Rows && !packed) fail("matmul: unknown weight layout {}", static_cast<uint32_t>(layout));
   if (packed && n0 % 16 != 0) fail("matmul: a range of a panels16 weight must start at a panel (row {})", n0);
-  active().matmul(x, M, K, W, wt, row_bytes, packed, bias, res, out, N, n0, n1, work, xq);
+  // A packed weight's rows are padded to whole dwords: the kernels step from panel to panel by it.
+  active().matmul(x, M, K, W, wt, packed ? panels16_stride(wt, K) : row_bytes, packed, bias, res, out, N, n0, n1, work, xq);
 }
 
 bool matmul_reads_panels16(GgmlType wt, int64_t K) {

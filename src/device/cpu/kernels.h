@@ -47,7 +47,7 @@ void matmul(const float* x, int64_t M, int64_t K, const void* W, GgmlType wt, co
             const void* xq = nullptr, WeightLayout layout = WeightLayout::Rows);
 
 // Whether matmul reads a K-column weight of type wt in the Panels16 layout: the types with int8
-// activations (their kernels read 16 rows side by side), on every code path.
+// activations (their kernels read 16 rows side by side), whole blocks, on every code path.
 bool matmul_reads_panels16(GgmlType wt, int64_t K);
 
 // Bytes prequantize_x needs for an [M, K] x and weights of type wt; 0 when matmul quantises x on

@@ -38,8 +38,8 @@ namespace npullm::cpu::detail {
 // Entry points of one ISA; arguments are already validated by kernels.cpp.
 struct IsaKernels {
   const char* name;
-  // As cpu::matmul, with row_bytes = ggml_row_bytes(wt, K); packed: W is in the Panels16 layout
-  // (only for types with int8 kernels and row_bytes % 4 == 0). Types with int8 kernels go to
+  // As cpu::matmul, with row_bytes = ggml_row_bytes(wt, K), or for packed (W in the Panels16
+  // layout, only for types with int8 kernels) panels16_stride(wt, K). Types with int8 kernels go to
   // kernels_int8.h; other types than F32, F16, BF16 go through dequantize_row().
   void (*matmul)(const float* x, int64_t M, int64_t K, const void* W, GgmlType wt, size_t row_bytes, bool packed,
                  const float* bias, const float* res, float* out, int64_t N, int64_t n0, int64_t n1,
