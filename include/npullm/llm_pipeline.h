@@ -86,6 +86,7 @@ struct GenerationMetrics {
   int64_t reprefills = 0;                   // times the history was prefilled again
   int64_t prefill_chunks = 0;
   int64_t compiled_blobs = 0, cached_blobs = 0;  // at load (the same for every call)
+  int64_t packed_weights = 0, cached_packed_weights = 0;  // weights repacked at load / mapped from the cache
   double load_ms = 0;                       // pipeline construction: model, blobs, tokenizer (same for every call)
   double prefill_ms = 0;                    // time this call spent in prefill
 };

@@ -43,6 +43,7 @@ int run(const RunOptions& o) {
     j["metrics"] = metrics_json(m);
     // `stats` is the spine's name for the runtime counters; kept for scripts that read it.
     j["stats"] = {{"compiled_blobs", m.compiled_blobs}, {"cached_blobs", m.cached_blobs},
+                  {"packed_weights", m.packed_weights}, {"cached_packed_weights", m.cached_packed_weights},
                   {"prefill_chunks", m.prefill_chunks}, {"variants_used", m.variants_used},
                   {"kv_bytes_copied", m.kv_bytes_copied}, {"padded_positions", m.padded_positions}};
     fmt::print("{}\n", j.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace));
@@ -50,9 +51,11 @@ int run(const RunOptions& o) {
     fmt::print("\n");
     std::fflush(stdout);
     fmt::print(stderr, "npullm: {} prompt tokens ({:.1f} t/s), {} generated ({:.1f} t/s), first token after {:.1f} ms "
-               "(prefill {:.1f} ms); loaded in {:.1f} ms; finish: {}; blobs compiled {} / cached {}; {}\n",
+               "(prefill {:.1f} ms); loaded in {:.1f} ms; finish: {}; blobs compiled {} / cached {}; weights repacked {} / "
+               "cached {}; {}\n",
                m.prefill_tokens, m.prefill_tps, m.generated_tokens, m.decode_tps, m.ttft_ms, m.prefill_ms, m.load_ms,
-               finish_reason_name(r.finish), m.compiled_blobs, m.cached_blobs, pipe.description());
+               finish_reason_name(r.finish), m.compiled_blobs, m.cached_blobs, m.packed_weights, m.cached_packed_weights,
+               pipe.description());
   }
   return 0;
 }

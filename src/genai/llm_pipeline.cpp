@@ -298,6 +298,8 @@ struct LLMPipeline::Impl {
     m.prefill_chunks = after.prefill_chunks - before.prefill_chunks;
     m.compiled_blobs = after.compiled_blobs;
     m.cached_blobs = after.cached_blobs;
+    m.packed_weights = after.packed_weights_built;
+    m.cached_packed_weights = after.packed_weights_cached;
     m.load_ms = load_ms;
     m.prefill_ms = prefill_ms;
     return res;

@@ -59,7 +59,7 @@ TEST(Cli, RunJsonMatchesLlama2cCaseA) {
   const std::string ref_text = c["stdout_text"].get<std::string>();
   const std::string text = "Once upon a time" + j["text"].get<std::string>();
   EXPECT_EQ(text.substr(0, ref_text.size() - 1), ref_text.substr(0, ref_text.size() - 1));
-  for (const char* key : {"compiled_blobs", "cached_blobs", "prefill_chunks", "variants_used", "kv_bytes_copied"})
+  for (const char* key : {"compiled_blobs", "cached_blobs", "packed_weights", "cached_packed_weights", "prefill_chunks", "variants_used", "kv_bytes_copied"})
     EXPECT_TRUE(j["stats"].contains(key)) << key;
   EXPECT_EQ(j["stats"]["kv_bytes_copied"], 0);
 }
