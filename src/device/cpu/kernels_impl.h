@@ -399,12 +399,41 @@ void attention_rows(const float* q, const uint8_t* k, const uint8_t* v, const fl
     const float total = Ops::hsum(sum);
 
     // out = sum_t p_t v_t with p_t = e_t / total (normalised per key so the magnitude of the
-    // accumulator stays that of v).
+    // accumulator stays that of v), o[i] = fma(v_t[i], p_t, o[i]) for t ascending. The head's
+    // output is kept in registers across keys, up to 8 vectors at a time: through memory (an axpy
+    // per key) every key waited for the previous key's store to be loaded back. Same operations in
+    // the same order as that axpy, so the same bits.
     const float inv = 1.0f / total;
-    for (t = 0; t < C; ++t) {
-      const float p = scores[t];
-      if (p == 0.0f) continue;
-      axpy<Ops, VT>(p * inv, v + (t * Hkv + g) * v_head, o, hd);
+    constexpr int kVecs = 8;
+    for (int64_t k0 = 0; k0 < hd; k0 += kVecs * W) {
+      const int64_t kn = hd - k0 < kVecs * W ? hd - k0 : kVecs * W;  // elements in this slice
+      const int full = static_cast<int>(kn / W), tail = static_cast<int>(kn % W);
+      // Vector i of the slice: whole (i < full) or the masked tail (i == full); never indexed by a
+      // run-time value, so the accumulators stay in registers.
+      V acc[kVecs];
+      NPULLM_UNROLL
+      for (int i = 0; i < kVecs; ++i) acc[i] = Ops::zero();
+      for (t = 0; t < C; ++t) {
+        const float p = scores[t];
+        if (p == 0.0f) continue;
+        const V av = Ops::set1(p * inv);
+        const uint8_t* vr = v + (t * Hkv + g) * v_head;
+        NPULLM_UNROLL
+        for (int i = 0; i < kVecs; ++i) {
+          const int64_t e = k0 + i * W;
+          if constexpr (VT == GgmlType::Q8_0) {  // e stays inside whole blocks of 32 (no tails)
+            if (i < full) acc[i] = Ops::fma(Ops::load_q8(vr + e / 32 * 34 + 2 + e % 32, Ops::q8_scale(vr + e / 32 * 34)), av, acc[i]);
+          } else {
+            if (i < full) acc[i] = Ops::fma(Ops::template load_w<VT>(vr, e), av, acc[i]);
+            else if (i == full && tail) acc[i] = Ops::fma(Ops::template load_w_tail<VT>(vr, e, tail), av, acc[i]);
+          }
+        }
+      }
+      NPULLM_UNROLL
+      for (int i = 0; i < kVecs; ++i) {
+        if (i < full) Ops::store(o + k0 + i * W, acc[i]);
+        else if (i == full && tail) Ops::store_tail(o + k0 + i * W, acc[i], tail);
+      }
     }
   }
 }
