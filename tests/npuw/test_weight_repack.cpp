@@ -13,6 +13,7 @@
 #include <vector>
 
 #include "device/cpu/cpu_device.h"
+#include "device/cpu/kernels.h"
 #include "formats/gguf.h"
 #include "model/synth.h"
 #include "npuw/llm_runtime.h"
@@ -132,6 +133,12 @@ TEST(WeightRepack, SameLogitsBuiltOnceThenMappedRebuiltWhenDamagedOrStale) {
     }
   }
   fs::remove_all(dir);
+}
+
+// The CPU device asks for Panels16 only for types its matmul reads in that layout.
+TEST(WeightRepack, DeviceAsksOnlyForLayoutsItsKernelsRead) {
+  for (GgmlType t : cpu::create_cpu_device(1)->panels16_types())
+    EXPECT_TRUE(cpu::matmul_reads_panels16(t, 256)) << ggml_type_name(t);
 }
 
 }  // namespace

@@ -91,11 +91,8 @@ class CpuDevice final : public device::Device {
   std::vector<GgmlType> panels16_types() const override {
     const std::string isa = kernel_isa();
     if (isa != "avx512" && isa != "amx") return {};
-    std::vector<GgmlType> out;
-    for (GgmlType t : {GgmlType::Q4_0, GgmlType::Q4_1, GgmlType::Q5_0, GgmlType::Q5_1, GgmlType::Q8_0, GgmlType::Q4_K,
-                       GgmlType::Q5_K, GgmlType::Q6_K})
-      if (matmul_reads_panels16(t, 1024)) out.push_back(t);
-    return out;  // every int8 type
+    return {GgmlType::Q4_0, GgmlType::Q4_1, GgmlType::Q5_0, GgmlType::Q5_1, GgmlType::Q8_0,
+            GgmlType::Q4_K, GgmlType::Q5_K, GgmlType::Q6_K};
   }
   int threads() const override { return pool_.threads(); }
 
