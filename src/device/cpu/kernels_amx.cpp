@@ -55,6 +55,7 @@
 #include <cstring>
 
 #include "device/cpu/kernels_int8.h"
+#include "device/cpu/kernels_avx512_io.h"
 #include "device/cpu/kernels_amx.h"
 
 namespace npullm::cpu::detail {
@@ -82,96 +83,12 @@ constexpr TileConfig kConfig256 = {1, 0, {}, {64, 64, 64, 64, 64, 64, 64, 64}, {
 // buffer a tile load reads must be written before this barrier.
 inline void compiler_barrier() { asm volatile("" ::: "memory"); }
 
-// ---- weight panels: 16 rows, one per lane (as kernels_int8.h's Panel for Avx512IO) -------------
+// ---- weight panels: kernels_int8.h's panels for Avx512IO (16 rows, one per lane), read with its
+// loads (ld<4>, ld<8>, ld1), in the GGUF layout (Rows16) or Panels16 (Packed16) ------------------
 
-struct Rows16 {
-  const uint8_t* rows[16];
-  int valid;  // rows that exist (1..16); the others repeat the last one, so loads stay inside W
-};
-
-inline void make_rows(const uint8_t* W, size_t row_bytes, int64_t n, int64_t n_end, Rows16& p) {
-  const int64_t left = n_end - n;
-  p.valid = static_cast<int>(left < 16 ? left : 16);
-  for (int r = 0; r < 16; ++r) p.rows[r] = W + (n + (r < p.valid ? r : p.valid - 1)) * static_cast<int64_t>(row_bytes);
-}
-
-// The vector primitives kernels_int8.h's K-quant scale helpers (k4_scale, k4_min) need.
-struct ScaleIO {
-  using VI = __m512i;
-  static constexpr int R = 16;
-  NPULLM_HOT static VI loadp(const uint8_t* p) { return _mm512_loadu_si512(p); }
-  NPULLM_HOT static VI and_(VI v, int32_t imm) { return _mm512_and_si512(v, _mm512_set1_epi32(imm)); }
-  NPULLM_HOT static VI or_(VI a, VI b) { return _mm512_or_si512(a, b); }
-  NPULLM_HOT static VI srli(VI v, int n) { return _mm512_srli_epi32(v, static_cast<unsigned>(n)); }
-  NPULLM_HOT static VI slli(VI v, int n) { return _mm512_slli_epi32(v, static_cast<unsigned>(n)); }
-};
-
-// 16 bytes at rows[r] + off -> 4 vectors, dword g of row r in lane r of out[g] (Avx512IO::tload4).
-NPULLM_HOT void tload4(const Rows16& p, int64_t off, __m512i* out) {
-  __m512i z[4];
-  for (int i = 0; i < 4; ++i) {
-    __m512i v = _mm512_castsi128_si512(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p.rows[i] + off)));
-    v = _mm512_inserti32x4(v, _mm_loadu_si128(reinterpret_cast<const __m128i*>(p.rows[4 + i] + off)), 1);
-    v = _mm512_inserti32x4(v, _mm_loadu_si128(reinterpret_cast<const __m128i*>(p.rows[8 + i] + off)), 2);
-    z[i] = _mm512_inserti32x4(v, _mm_loadu_si128(reinterpret_cast<const __m128i*>(p.rows[12 + i] + off)), 3);
-  }
-  const __m512i t0 = _mm512_unpacklo_epi32(z[0], z[1]), t1 = _mm512_unpackhi_epi32(z[0], z[1]);
-  const __m512i t2 = _mm512_unpacklo_epi32(z[2], z[3]), t3 = _mm512_unpackhi_epi32(z[2], z[3]);
-  out[0] = _mm512_unpacklo_epi64(t0, t2);
-  out[1] = _mm512_unpackhi_epi64(t0, t2);
-  out[2] = _mm512_unpacklo_epi64(t1, t3);
-  out[3] = _mm512_unpackhi_epi64(t1, t3);
-}
-
-// 32 bytes at rows[r] + off -> 8 vectors, dword g of row r in lane r of out[g] (Avx512IO::tload8).
-NPULLM_HOT void tload8(const Rows16& p, int64_t off, __m512i* out) {
-  __m512i y[8];
-  for (int i = 0; i < 8; ++i) {
-    const __m512i v = _mm512_castsi256_si512(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(p.rows[i] + off)));
-    y[i] = _mm512_inserti64x4(v, _mm256_loadu_si256(reinterpret_cast<const __m256i*>(p.rows[8 + i] + off)), 1);
-  }
-  __m512i u[8];
-  for (int h = 0; h < 2; ++h) {
-    const __m512i* a = y + 4 * h;
-    const __m512i t0 = _mm512_unpacklo_epi32(a[0], a[1]), t1 = _mm512_unpackhi_epi32(a[0], a[1]);
-    const __m512i t2 = _mm512_unpacklo_epi32(a[2], a[3]), t3 = _mm512_unpackhi_epi32(a[2], a[3]);
-    u[4 * h + 0] = _mm512_unpacklo_epi64(t0, t2);
-    u[4 * h + 1] = _mm512_unpackhi_epi64(t0, t2);
-    u[4 * h + 2] = _mm512_unpacklo_epi64(t1, t3);
-    u[4 * h + 3] = _mm512_unpackhi_epi64(t1, t3);
-  }
-  for (int k = 0; k < 4; ++k) {
-    out[k] = _mm512_mask_shuffle_i32x4(u[k], 0xF0F0, u[k + 4], u[k + 4], _MM_SHUFFLE(2, 2, 0, 0));
-    out[k + 4] = _mm512_mask_shuffle_i32x4(u[k + 4], 0x0F0F, u[k], u[k], _MM_SHUFFLE(3, 3, 1, 1));
-  }
-}
-
-// Lane r = the 4 bytes at rows[r] + off.
-NPULLM_HOT __m512i gather32(const Rows16& p, int64_t off) {
-  alignas(64) int32_t v[16];
-  for (int r = 0; r < 16; ++r) std::memcpy(&v[r], p.rows[r] + off, 4);
-  return _mm512_load_si512(v);
-}
-
-// The same loads from a weight in the Panels16 layout (kernels_int8.h, PackedPanel): plain loads.
-using Packed16 = PackedPanel<ScaleIO>;
-inline void make_rows(const uint8_t* W, size_t row_bytes, int64_t n, int64_t n_end, Packed16& p) {
-  make_panel<ScaleIO>(W, row_bytes, n, n_end, p);
-}
-NPULLM_HOT void tload4(const Packed16& p, int64_t off, __m512i* out) { ld<4>(p, off, out); }
-NPULLM_HOT void tload8(const Packed16& p, int64_t off, __m512i* out) { ld<8>(p, off, out); }
-NPULLM_HOT __m512i gather32(const Packed16& p, int64_t off) { return ld1<ScaleIO>(p, off); }
-
-// Byte i of each lane = 0x10 if bit s + i of the lane is set (Avx512IO::hbit4).
-NPULLM_HOT __m512i hbit4(__m512i h, int s) {
-  const __m512i table = _mm512_setr_epi32(0x00000000, 0x00000010, 0x00001000, 0x00001010, 0x00100000, 0x00100010,
-                                          0x00101000, 0x00101010, 0x10000000, 0x10000010, 0x10001000, 0x10001010,
-                                          0x10100000, 0x10100010, 0x10101000, 0x10101010);
-  return _mm512_permutexvar_epi32(_mm512_srli_epi32(h, static_cast<unsigned>(s)), table);
-}
-
-NPULLM_HOT __m512 f16lo(__m512i v) { return _mm512_cvtph_ps(_mm512_cvtepi32_epi16(v)); }
-NPULLM_HOT __m512 f16hi(__m512i v) { return _mm512_cvtph_ps(_mm512_cvtepi32_epi16(_mm512_srli_epi32(v, 16))); }
+using IO = Avx512IO;
+using Rows16 = Panel<IO>;
+using Packed16 = PackedPanel<IO>;
 
 // Each byte of g times the lane's s (a dword per lane): unsigned bytes, products <= 255.
 NPULLM_HOT __m512i mul_u8(__m512i g, __m512i s) {
@@ -221,19 +138,19 @@ template <GgmlType T, class PR>
 NPULLM_HOT void decode_block32(const PR& p, int64_t o, uint8_t* up) {
   __m512i g[8];
   if constexpr (T == GgmlType::Q8_0) {
-    tload8(p, o + 2, g);  // already signed bytes
+    ld<8>(p, o + 2, g);  // already signed bytes
   } else {
     constexpr int64_t qs = T == GgmlType::Q4_0 ? 2 : T == GgmlType::Q4_1 ? 4 : T == GgmlType::Q5_0 ? 6 : 8;
     __m512i t[4];
-    tload4(p, o + qs, t);  // byte j of qs: element j (low nibble), j + 16 (high nibble)
+    ld<4>(p, o + qs, t);  // byte j of qs: element j (low nibble), j + 16 (high nibble)
     const __m512i lo4 = _mm512_set1_epi8(0x0F);
     for (int i = 0; i < 4; ++i) {
       g[i] = _mm512_and_si512(t[i], lo4);
       g[i + 4] = _mm512_and_si512(_mm512_srli_epi32(t[i], 4), lo4);
     }
     if constexpr (T == GgmlType::Q5_0 || T == GgmlType::Q5_1) {
-      const __m512i qh = gather32(p, o + (T == GgmlType::Q5_0 ? 2 : 4));  // bit j: bit 4 of element j
-      for (int i = 0; i < 8; ++i) g[i] = _mm512_or_si512(g[i], hbit4(qh, 4 * i));
+      const __m512i qh = ld1<IO>(p, o + (T == GgmlType::Q5_0 ? 2 : 4));  // bit j: bit 4 of element j
+      for (int i = 0; i < 8; ++i) g[i] = _mm512_or_si512(g[i], IO::hbit4(qh, 4 * i));
     }
     if constexpr (T == GgmlType::Q4_0 || T == GgmlType::Q5_0) {
       const __m512i off = _mm512_set1_epi8(T == GgmlType::Q4_0 ? 8 : 16);
@@ -241,9 +158,9 @@ NPULLM_HOT void decode_block32(const PR& p, int64_t o, uint8_t* up) {
     }
   }
   for (int i = 0; i < 8; ++i) _mm512_store_si512(up + 64 * i, g[i]);
-  const __m512i dm = gather32(p, o);  // d (low half), m (high half) for Q4_1 / Q5_1
-  _mm512_store_ps(reinterpret_cast<float*>(up + 512), f16lo(dm));
-  if constexpr (has_min<T>()) _mm512_store_ps(reinterpret_cast<float*>(up + 576), f16hi(dm));
+  const __m512i dm = ld1<IO>(p, o);  // d (low half), m (high half) for Q4_1 / Q5_1
+  _mm512_store_ps(reinterpret_cast<float*>(up + 512), IO::f16lo(dm));
+  if constexpr (has_min<T>()) _mm512_store_ps(reinterpret_cast<float*>(up + 576), IO::f16hi(dm));
 }
 
 // Q4_K / Q5_K super-block at byte o. Chunk c (elements 64 c ..) is sub-blocks 2c (low nibbles of
@@ -254,14 +171,14 @@ NPULLM_HOT void decode_k4(const PR& p, int64_t o, uint8_t* up) {
   constexpr int split = five ? 3 : 4;  // sc = (sc >> split) << split | (sc & low)
   constexpr int32_t low = (1 << split) - 1;
   __m512i hdr[4], qh[8];
-  tload4(p, o, hdr);  // d | dmin << 16, scale bytes 0..3, 4..7, 8..11
-  if constexpr (five) tload8(p, o + 16, qh);  // bit j of qh byte l: bit 4 of element l of sub-block j
+  ld<4>(p, o, hdr);  // d | dmin << 16, scale bytes 0..3, 4..7, 8..11
+  if constexpr (five) ld<8>(p, o + 16, qh);  // bit j of qh byte l: bit 4 of element l of sub-block j
   for (int c = 0; c < 4; ++c) {
     __m512i t[8];
-    tload8(p, o + (five ? 48 : 16) + 32 * c, t);
+    ld<8>(p, o + (five ? 48 : 16) + 32 * c, t);
     const int j0 = 2 * c, j1 = 2 * c + 1;
-    const __m512i sc0 = k4_scale<ScaleIO>(hdr, j0), sc1 = k4_scale<ScaleIO>(hdr, j1);
-    const __m512i mn0 = k4_min<ScaleIO>(hdr, j0), mn1 = k4_min<ScaleIO>(hdr, j1);
+    const __m512i sc0 = k4_scale<IO>(hdr, j0), sc1 = k4_scale<IO>(hdr, j1);
+    const __m512i mn0 = k4_min<IO>(hdr, j0), mn1 = k4_min<IO>(hdr, j1);
     const __m512i sl0 = _mm512_and_si512(sc0, _mm512_set1_epi32(low)), sh0 = _mm512_srli_epi32(sc0, split);
     const __m512i sl1 = _mm512_and_si512(sc1, _mm512_set1_epi32(low)), sh1 = _mm512_srli_epi32(sc1, split);
     const __m512i rep = _mm512_set1_epi32(0x01010101);
@@ -286,8 +203,8 @@ NPULLM_HOT void decode_k4(const PR& p, int64_t o, uint8_t* up) {
       _mm512_store_si512(mn_t + 64 * (8 + g), m1);
     }
   }
-  _mm512_store_ps(reinterpret_cast<float*>(up + 12 * 1024), f16lo(hdr[0]));
-  _mm512_store_ps(reinterpret_cast<float*>(up + 12 * 1024 + 64), f16hi(hdr[0]));
+  _mm512_store_ps(reinterpret_cast<float*>(up + 12 * 1024), IO::f16lo(hdr[0]));
+  _mm512_store_ps(reinterpret_cast<float*>(up + 12 * 1024 + 64), IO::f16hi(hdr[0]));
 }
 
 // Q6_K super-block at byte o: the weights w - 32 as kernels_int8.h decodes them (G_{4j + g} for
@@ -295,7 +212,7 @@ NPULLM_HOT void decode_k4(const PR& p, int64_t o, uint8_t* up) {
 template <class PR>
 NPULLM_HOT void decode_q6k(const PR& p, int64_t o, uint8_t* up) {
   __m512i scw[4];
-  tload4(p, o + 192, scw);
+  ld<4>(p, o + 192, scw);
   __m512i e[16][4];  // digits of the 16 sub-block scales
   for (int j = 0; j < 16; ++j) {
     __m512i sc = _mm512_srai_epi32(_mm512_slli_epi32(scw[j / 4], 24 - 8 * (j % 4)), 24);
@@ -308,9 +225,9 @@ NPULLM_HOT void decode_q6k(const PR& p, int64_t o, uint8_t* up) {
   }
   for (int h = 0; h < 2; ++h) {
     __m512i a[8], b[8], qh[8];
-    tload8(p, o + 64 * h, a);
-    tload8(p, o + 64 * h + 32, b);
-    tload8(p, o + 128 + 32 * h, qh);
+    ld<8>(p, o + 64 * h, a);
+    ld<8>(p, o + 64 * h + 32, b);
+    ld<8>(p, o + 128 + 32 * h, qh);
     for (int g = 0; g < 8; ++g) {
       // Element 128h + 32Q + 4g + i: G index 32h + 8Q + g (sub-block 8h + 2Q + g / 4).
       const __m512i m4 = _mm512_set1_epi8(0x0F), m2 = _mm512_set1_epi8(0x30), off = _mm512_set1_epi8(32);
@@ -326,7 +243,7 @@ NPULLM_HOT void decode_q6k(const PR& p, int64_t o, uint8_t* up) {
       }
     }
   }
-  _mm512_store_ps(reinterpret_cast<float*>(up + 16 * 1024), f16hi(gather32(p, o + 206)));
+  _mm512_store_ps(reinterpret_cast<float*>(up + 16 * 1024), IO::f16hi(ld1<IO>(p, o + 206)));
 }
 
 // Decodes units [0, nu) of a panel into pb (unit stride unit_bytes<T>()).
@@ -590,7 +507,7 @@ void amx_gemm(const float* x, int64_t M, int64_t K, const uint8_t* W, size_t row
       PR pr[kGroup];
       int np = 0;
       for (; np < kGroup && ng + 16 * np < n1; ++np) {
-        make_rows(W, row_bytes, ng + 16 * np, n1, pr[np]);
+        make_panel<IO>(W, row_bytes, ng + 16 * np, n1, pr[np]);
         decode_panel<T>(pr[np], nu, panels + np * pbytes);
       }
       compiler_barrier();
