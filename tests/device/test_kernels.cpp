@@ -32,6 +32,24 @@ void force_best() {
 
 bool same_bits(float a, float b) { return std::memcmp(&a, &b, 4) == 0; }
 
+// got equals want bit for bit; the first difference is named.
+::testing::AssertionResult bits_equal(const std::vector<float>& got, const std::vector<float>& want) {
+  if (got.size() != want.size()) return ::testing::AssertionFailure() << got.size() << " values vs " << want.size();
+  for (size_t i = 0; i < got.size(); ++i)
+    if (!same_bits(got[i], want[i]))
+      return ::testing::AssertionFailure() << "element " << i << ": " << got[i] << " vs " << want[i];
+  return ::testing::AssertionSuccess();
+}
+
+// A 64-byte aligned buffer of n bytes (filled with `fill`), as prequantize_x wants.
+struct AlignedBytes {
+  std::vector<uint8_t> store;
+  void* data;
+  explicit AlignedBytes(size_t n, uint8_t fill = 0) : store(n + 64, fill) {
+    data = store.data() + (64 - reinterpret_cast<uintptr_t>(store.data()) % 64) % 64;
+  }
+};
+
 std::vector<float> randn(size_t n, uint32_t seed, float scale = 1.0f) {
   std::mt19937 rng(seed);
   std::normal_distribution<float> nd(0.0f, scale);
@@ -449,8 +467,7 @@ TEST_P(KernelIsa, Int8MatmulMatchesScalarModelBitForBit) {
         const float* r = extras ? res.data() : nullptr;
         const std::vector<float> want = int8_model_matmul(x, M, w, b, r);
         const std::vector<float> got = run_matmul(x, M, w, b, r, {{0, 17}, {17, N}});
-        for (size_t i = 0; i < got.size(); ++i)
-          ASSERT_TRUE(same_bits(got[i], want[i])) << "element " << i << ": " << got[i] << " vs " << want[i];
+        ASSERT_TRUE(bits_equal(got, want));
       }
     }
   }
@@ -472,16 +489,15 @@ TEST_P(KernelIsa, Int8PrequantizedActivationsMatchModelBitForBit) {
       const std::vector<float> x = randn(static_cast<size_t>(M * K), seed++);
       const int64_t bytes = prequantized_x_bytes(c.type, M, K);
       ASSERT_GT(bytes, 0);
-      std::vector<uint8_t> store(static_cast<size_t>(bytes) + 64, 0xA5);
-      void* xq = store.data() + (64 - reinterpret_cast<uintptr_t>(store.data()) % 64) % 64;
+      const AlignedBytes store(static_cast<size_t>(bytes), 0xA5);
+      void* xq = store.data;
       prequantize_x(c.type, x.data(), M, K, xq, 3, M);  // out of order, uneven pieces
       prequantize_x(c.type, x.data(), M, K, xq, 0, 3);
       const std::vector<float> want = int8_model_matmul(x, M, w, nullptr, nullptr);
       std::vector<float> got(static_cast<size_t>(M * N)), work(static_cast<size_t>(matmul_work_floats(K)));
       for (auto [a, b] : std::vector<std::pair<int64_t, int64_t>>{{0, 17}, {17, N}})
         matmul(x.data(), M, K, w.bytes.data(), w.type, nullptr, nullptr, got.data(), N, a, b, work.data(), xq);
-      for (size_t i = 0; i < got.size(); ++i)
-        ASSERT_TRUE(same_bits(got[i], want[i])) << "element " << i << ": " << got[i] << " vs " << want[i];
+      ASSERT_TRUE(bits_equal(got, want));
     }
   }
   EXPECT_EQ(prequantized_x_bytes(GgmlType::F16, 64, 256), 0);
@@ -550,15 +566,13 @@ TEST_P(KernelIsa, Int8PrefillTileEdgesMatchModelBitForBit) {
       const std::vector<float> want = int8_model_matmul(x, M, w, b, r);
       const int64_t cut = N > 16 ? 16 : N;
       const std::vector<float> got = run_matmul(x, M, w, b, r, {{0, cut}, {cut, N}});
-      for (size_t i = 0; i < got.size(); ++i)
-        ASSERT_TRUE(same_bits(got[i], want[i])) << "element " << i << ": " << got[i] << " vs " << want[i];
-      std::vector<uint8_t> store(static_cast<size_t>(prequantized_x_bytes(c.type, M, K)) + 64);
-      void* xq = store.data() + (64 - reinterpret_cast<uintptr_t>(store.data()) % 64) % 64;
+      ASSERT_TRUE(bits_equal(got, want));
+      const AlignedBytes store(static_cast<size_t>(prequantized_x_bytes(c.type, M, K)));
+      void* xq = store.data;
       prequantize_x(c.type, x.data(), M, K, xq, 0, M);
       std::vector<float> pre(static_cast<size_t>(M * N)), work(static_cast<size_t>(matmul_work_floats(K)));
       matmul(x.data(), M, K, w.bytes.data(), w.type, b, r, pre.data(), N, 0, N, work.data(), xq);
-      for (size_t i = 0; i < pre.size(); ++i)
-        ASSERT_TRUE(same_bits(pre[i], want[i])) << "pre-quantised, element " << i << ": " << pre[i] << " vs " << want[i];
+      ASSERT_TRUE(bits_equal(pre, want)) << "pre-quantised";
     }
   }
 }
@@ -591,8 +605,7 @@ TEST_P(KernelIsa, Q8_0DecodeEdges) {
         const std::vector<float> want = int8_model_matmul(x, 1, w, bias.data(), nullptr);
         for (const auto& sp : std::vector<std::vector<std::pair<int64_t, int64_t>>>{{{0, N}}, {{0, N / 3}, {N / 3, N}}}) {
           const std::vector<float> got = run_matmul(x, 1, w, bias.data(), nullptr, sp);
-          for (size_t i = 0; i < got.size(); ++i)
-            ASSERT_TRUE(same_bits(got[i], want[i])) << "element " << i << ": " << got[i] << " vs " << want[i];
+          ASSERT_TRUE(bits_equal(got, want));
         }
       }
     }
@@ -625,17 +638,15 @@ TEST_P(KernelIsa, Int8MatmulPanels16MatchesModelBitForBit) {
           for (auto [a, b] : std::vector<std::pair<int64_t, int64_t>>{{0, cut}, {cut, N}})
             matmul(x.data(), M, K, packed.data(), c.type, bias.data(), nullptr, got.data(), N, a, b, work.data(), nullptr,
                    WeightLayout::Panels16);
-          for (size_t i = 0; i < got.size(); ++i)
-            ASSERT_TRUE(same_bits(got[i], want[i])) << "element " << i << ": " << got[i] << " vs " << want[i];
+          ASSERT_TRUE(bits_equal(got, want));
           if (prequantized_x_bytes(c.type, M, K) == 0) continue;
-          std::vector<uint8_t> store(static_cast<size_t>(prequantized_x_bytes(c.type, M, K)) + 64);
-          void* xq = store.data() + (64 - reinterpret_cast<uintptr_t>(store.data()) % 64) % 64;
+          const AlignedBytes store(static_cast<size_t>(prequantized_x_bytes(c.type, M, K)));
+          void* xq = store.data;
           prequantize_x(c.type, x.data(), M, K, xq, 0, M);
           std::fill(got.begin(), got.end(), -1.0f);
           matmul(x.data(), M, K, packed.data(), c.type, bias.data(), nullptr, got.data(), N, 0, N, work.data(), xq,
                  WeightLayout::Panels16);
-          for (size_t i = 0; i < got.size(); ++i)
-            ASSERT_TRUE(same_bits(got[i], want[i])) << "pre-quantised, element " << i << ": " << got[i] << " vs " << want[i];
+          ASSERT_TRUE(bits_equal(got, want)) << "pre-quantised";
         }
       }
     }
