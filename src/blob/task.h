@@ -37,12 +37,13 @@ enum class OpCode : uint32_t {
   // ptr: 0 src (f32 [S,R]), 1 idx (i32 [S]), 2 dst (type[2] in {F32, F16, Q8_0}, [C,R]; Q8_0 rows
   // are R/32 blocks of 34 bytes quantised as ggml's reference does). dim: 0 S, 1 R, 2 C.
   ScatterRows = 6,
-  // Scaled dot-product attention with grouped heads and an additive mask.
-  // out[s, h, :] = softmax_t(scale * q[s,h,:].k[t,g,:] + mask[s,t]) . v[t,g,:],  g = h / (H / Hkv).
-  // ptr: 0 q (f32 [S,H,hd]), 1 k (type[1] [C,Hkv,hd]), 2 v (type[2] [C,Hkv,hd]), 3 mask (f32 [S,C]),
+  // Scaled dot-product attention with grouped heads and an additive mask, each query over its own
+  // window of C rows of the K/V tensors, starting at row b_s = base[s] (0 without base):
+  // out[s, h, :] = softmax_t(scale * q[s,h,:].k[b_s+t,g,:] + mask[s,t]) . v[b_s+t,g,:],  g = h / (H / Hkv).
+  // ptr: 0 q (f32 [S,H,hd]), 1 k (type[1] [R,Hkv,hd]), 2 v (type[2] [R,Hkv,hd]), 3 mask (f32 [S,C]),
   // k / v types: F32, F16 or Q8_0 (hd % 32 == 0: each head is hd/32 whole blocks).
-  // 4 out (f32 [S,H,hd]). dim: 0 S, 1 H, 2 Hkv, 3 hd, 4 C. fparam 0 scale.
-  // A row whose mask is -inf everywhere gives zeros.
+  // 4 out (f32 [S,H,hd]), 5 base (i32 [S]) or 0. dim: 0 S, 1 H, 2 Hkv, 3 hd, 4 C, 5 R (>= C).
+  // fparam 0 scale. A row whose mask is -inf everywhere, or whose window leaves [0, R), gives zeros.
   Attention = 7,
   // out = silu(gate) * up elementwise.  ptr: 0 gate, 1 up, 2 out (may alias gate or up). dim: 0 count.
   SwiGlu = 8,

@@ -80,7 +80,7 @@ class Builder {
   // ReadValue -> ScatterRows(new rows) -> Assign: the state grows in place by the new rows, which
   // the scatter converts from F32 to the state's type.
   int update_state(const std::string& var, int rows, int src) {
-    const ir::Shape shape{"ctx", hp_.n_head_kv, hp_.head_dim};
+    const ir::Shape shape{"rows", hp_.n_head_kv, hp_.head_dim};
     g_.variables.push_back(ir::Variable{var, shape, kv_type_});
     int past = g_.add(ir::Node{.op = ir::Op::ReadValue, .name = var + ".read", .shape = shape, .type = kv_type_, .variable = var});
     int present = op(ir::Op::ScatterRows, var + ".update", {past, rows, src}, shape);
@@ -93,11 +93,11 @@ class Builder {
   // row), in place: after rows move down by n during a context shift, rotating their keys by -n
   // makes them exactly what they would have been at their new positions (RoPE is a rotation).
   ir::Graph build_rerotate() {
-    const int deltas = param("positions", {"ctx"}, kI32);
+    const int deltas = param("positions", {"rows"}, kI32);
     rope_factors_ = optional_weight("rope_freqs.weight", {hp_.n_rot / 2});
     for (int64_t l = 0; l < hp_.n_layer; ++l) {
       const std::string var = fmt::format("blk.{}.key", l);
-      const ir::Shape shape{"ctx", hp_.n_head_kv, hp_.head_dim};
+      const ir::Shape shape{"rows", hp_.n_head_kv, hp_.head_dim};
       g_.variables.push_back(ir::Variable{var, shape, kv_type_});
       int past = g_.add(ir::Node{.op = ir::Op::ReadValue, .name = var + ".read", .shape = shape, .type = kv_type_, .variable = var});
       int turned = rope(var + ".rerotate", past, deltas, hp_.n_head_kv);
@@ -114,6 +114,7 @@ class Builder {
     const int positions = param("positions", {"seq"}, kI32);
     const int rows = param("cache_rows", {"seq"}, kI32);
     const int mask = param("attention_mask", {"seq", "ctx"}, kF32);
+    const int kv_base = param("kv_base", {"seq"}, kI32);
     const int logit_rows = opt.logit_rows ? param("logit_rows", {"out"}, kI32) : ir::kNoInput;
 
     const int embd = weight("token_embd.weight", {D, hp_.n_vocab});
@@ -134,7 +135,7 @@ class Builder {
       k = rope(b + "k_rope", k, positions, Hkv);
       int kc = update_state(b + "key", rows, k);
       int vc = update_state(b + "value", rows, v);
-      int att = op(ir::Op::Attention, b + "attention", {q, kc, vc, mask}, {"seq", H * hd});
+      int att = op(ir::Op::Attention, b + "attention", {q, kc, vc, mask, kv_base}, {"seq", H * hd});
       g_.node(att).scale = 1.0f / std::sqrt(static_cast<float>(hd));
       g_.node(att).heads = H;
       g_.node(att).kv_heads = Hkv;

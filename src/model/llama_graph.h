@@ -1,19 +1,23 @@
 // Builds the Llama-family transformer (llama, qwen2) as a stateful IR graph with dynamic dimensions.
 // Optional tensors change the graph: attn_{q,k,v}.bias (Qwen2) and rope_freqs.weight (Llama 3.1).
 //
-// Inputs (dims: "seq" = tokens in this run, "ctx" = state capacity in rows):
+// Inputs (dims: "seq" = tokens in this run, "ctx" = rows each token may attend, "rows" = rows of
+// the whole state, which may hold several sequences' regions one after another):
 //   input_ids       i32 [seq]        token ids
 //   positions       i32 [seq]        RoPE position of each token
 //   cache_rows      i32 [seq]        row of the K/V state each token's K/V is written to (-1: none)
-//   attention_mask  f32 [seq, ctx]   additive: 0 where token s may attend row t, -inf elsewhere
+//   attention_mask  f32 [seq, ctx]   additive: 0 where token s may attend row kv_base[s] + t, -inf elsewhere
+//   kv_base         i32 [seq]        first state row of token s's attention window [kv_base[s], kv_base[s] + ctx):
+//                                    the start of its sequence's region, so a batch of tokens from
+//                                    different sequences attends each its own rows
 //   logit_rows      i32 [out]        only with GraphOptions::logit_rows: the rows whose logits are computed
-// State variables: "blk.<l>.key" and "blk.<l>.value", [ctx, n_head_kv, head_dim] of the K/V type
+// State variables: "blk.<l>.key" and "blk.<l>.value", [rows, n_head_kv, head_dim] of the K/V type
 // (F32, F16 or Q8_0; Q8_0 needs head_dim to be a multiple of its block of 32).
 // Output: logits f32 [seq, n_vocab], or [out, n_vocab] with GraphOptions::logit_rows.
 //
 // Per layer (pre-norm):   h = rmsnorm(x) ; q,k,v = h Wq, h Wk, h Wv ; rope(q), rope(k)
 //                         K = scatter(ReadValue(K), cache_rows, k) ; Assign(K)   (same for V)
-//                         x = x + attention(q, K, V, mask) Wo
+//                         x = x + attention(q, K, V, mask, kv_base) Wo
 //                         x = x + (silu(rmsnorm(x) Wg) * (rmsnorm(x) Wu)) Wd
 // Then:                   logits = rmsnorm(x) Wout             (x = gather(x, logit_rows) first, if asked)
 #pragma once
@@ -43,7 +47,7 @@ void check_kv_type(const HParams& hp, GgmlType kv_type);
 // or misshapen tensor is an npullm::Error naming it. kv_type: the element type of the K/V state.
 ir::Graph build_llama_graph(const HParams& hp, const GgufFile& weights, GgmlType kv_type, const GraphOptions& opt = {});
 
-// The key re-rotation used by a context shift: input positions i32 [ctx] (the position delta of
+// The key re-rotation used by a context shift: input positions i32 [rows] (the position delta of
 // each row; 0 leaves a row as it is), state "blk.<l>.key" (of kv_type) rotated in place. No outputs.
 ir::Graph build_rerotate_graph(const HParams& hp, const GgufFile& weights, GgmlType kv_type);
 

@@ -27,26 +27,38 @@ std::vector<int64_t> default_variants(int64_t max_prompt_len, int64_t min_respon
   return v;
 }
 
+std::vector<int64_t> default_batch_sizes(int64_t parallel) {
+  std::vector<int64_t> b;
+  for (int64_t n = 1; n < parallel; n *= 2) b.push_back(n);
+  b.push_back(std::max<int64_t>(parallel, 1));
+  return b;
+}
+
 std::string BlobSpec::cache_config() const {
   std::string panels;
   for (GgmlType t : panels16_types) panels += (panels.empty() ? " panels16=" : ",") + std::string(ggml_type_name(t));
   return std::string(compiler::kCompilerVersion) + " " + name + " seq=" + std::to_string(seq) + " ctx=" + std::to_string(capacity) +
-         (last_row_logits ? " logits=last" : "") + " kv=" + std::string(ggml_type_name(kv_type)) + panels;
+         " rows=" + std::to_string(rows) + (last_row_logits ? " logits=last" : "") + " kv=" + std::string(ggml_type_name(kv_type)) + panels;
 }
 
 std::vector<BlobSpec> blob_specs(const RuntimeConfig& cfg) {
   // Prefill blobs compute the logits of the last real token of a run only, unless every row's
-  // logits are asked for (cfg.all_logits). Generate blobs have one row anyway.
+  // logits are asked for (cfg.all_logits). Generate blobs compute every row's (one per sequence).
   const bool last = !cfg.all_logits;
   const GgmlType kv = cfg.kv_type;
-  std::vector<BlobSpec> out{{BlobSpec::Forward, "prefill", cfg.prefill_chunk, cfg.variants.back(), last, kv}};
+  const int64_t cmax = cfg.variants.back(), rows = cfg.parallel * cmax;
+  std::vector<BlobSpec> out{{BlobSpec::Forward, "prefill", cfg.prefill_chunk, cmax, rows, last, kv}};
   // Smaller prefill blobs for the tail of a prompt (P/4, P/16, ... down to 8 tokens), so a short
   // prompt or the last chunk of a long one computes little padding.
   if (cfg.prefill_ladder)
     for (int64_t p = cfg.prefill_chunk / 4; p >= 8; p /= 4)
-      out.push_back({BlobSpec::Forward, "prefill-" + std::to_string(p), p, cfg.variants.back(), last, kv});
-  for (int64_t c : cfg.variants) out.push_back({BlobSpec::Forward, "generate-" + std::to_string(c), 1, c, false, kv});
-  out.push_back({BlobSpec::Rerotate, "rerotate", cfg.variants.back(), cfg.variants.back(), false, kv});
+      out.push_back({BlobSpec::Forward, "prefill-" + std::to_string(p), p, cmax, rows, last, kv});
+  for (int64_t b : cfg.batch_sizes)
+    for (int64_t c : cfg.variants) {
+      const std::string name = b == 1 ? "generate-" + std::to_string(c) : fmt::format("generate-b{}-{}", b, c);
+      out.push_back({BlobSpec::Forward, name, b, c, rows, false, kv});
+    }
+  out.push_back({BlobSpec::Rerotate, "rerotate", rows, rows, rows, false, kv});
   for (BlobSpec& s : out) s.panels16_types = cfg.panels16_types;
   return out;
 }
@@ -63,6 +75,12 @@ void resolve_config(RuntimeConfig& cfg, const model::HParams& hp) {
   if (cfg.variants.back() > hp.n_ctx_train)
     fail("generate variant capacity {} exceeds the model's context length {}", cfg.variants.back(), hp.n_ctx_train);
   model::check_kv_type(hp, cfg.kv_type);
+  if (cfg.parallel < 1 || cfg.parallel > 256) fail("parallel sequences must be between 1 and 256 (got {})", cfg.parallel);
+  if (cfg.batch_sizes.empty()) cfg.batch_sizes = default_batch_sizes(cfg.parallel);
+  std::sort(cfg.batch_sizes.begin(), cfg.batch_sizes.end());
+  cfg.batch_sizes.erase(std::unique(cfg.batch_sizes.begin(), cfg.batch_sizes.end()), cfg.batch_sizes.end());
+  if (cfg.batch_sizes.front() != 1 || cfg.batch_sizes.back() < cfg.parallel)
+    fail("generate batch sizes must start at 1 and reach the {} parallel sequences", cfg.parallel);
 }
 
 // The graphs a model needs (forward with every row's logits or chosen rows', rerotate), built on first use.
@@ -83,7 +101,7 @@ struct Graphs {
 };
 
 std::vector<uint8_t> compile_spec(Graphs& graphs, const BlobSpec& spec) {
-  compiler::CompileOptions opt{spec.name, {{"seq", spec.seq}, {"ctx", spec.capacity}}, spec.panels16_types};
+  compiler::CompileOptions opt{spec.name, {{"seq", spec.seq}, {"ctx", spec.capacity}, {"rows", spec.rows}}, spec.panels16_types};
   if (spec.last_row_logits) opt.symbols["out"] = 1;
   return blob::write_blob(compiler::compile(graphs.get(spec), opt));
 }
@@ -102,14 +120,14 @@ std::vector<std::pair<std::string, std::vector<uint8_t>>> compile_blobs(const st
 }
 
 // One loaded blob, its command list and the input/output buffers bound to it once at load.
-struct LlmRuntime::Slot {
+struct LlmRuntime::Program {
   std::string name;
   BlobSpec::Kind kind = BlobSpec::Forward;
   int64_t seq = 0, capacity = 0;
   bool last_row_logits = false;  // logits [1, n_vocab] of the row in logit_rows, else [seq, n_vocab]
   std::unique_ptr<driver::Executable> exe;
   std::unique_ptr<driver::CommandList> cl;
-  std::vector<int32_t> ids, positions, rows, logit_rows;
+  std::vector<int32_t> ids, positions, rows, kv_base, logit_rows;
   std::vector<float> mask, logits;
 };
 
@@ -118,6 +136,8 @@ LlmRuntime::LlmRuntime(const std::string& model_path, RuntimeConfig cfg) : cfg_(
   hp_ = model::HParams::from_gguf(*gguf_);
   resolve_config(cfg_, hp_);
   stats_.kv_capacity = cfg_.variants.back();
+  stats_.slots = cfg_.parallel;
+  pos_.assign(static_cast<size_t>(cfg_.parallel), 0);
 
   device_ = cpu::create_cpu_device(cfg_.threads);
   cfg_.panels16_types = cfg_.repack_weights ? device_->panels16_types() : std::vector<GgmlType>{};
@@ -149,7 +169,7 @@ void LlmRuntime::load_blobs() {
 
   // Phase 1: load (or compile) every blob; each reserves its scratch in the shared arena.
   auto load_slot = [&](const BlobSpec& spec) {
-    auto s = std::make_unique<Slot>();
+    auto s = std::make_unique<Program>();
     const std::string& name = spec.name;
     s->name = name;
     s->kind = spec.kind;
@@ -182,22 +202,24 @@ void LlmRuntime::load_blobs() {
     else generate_.push_back(load_slot(specs[i]));
   }
 
-  // One K/V allocation sized by the prefill blob's state I/Os (capacity C_max); every blob's
-  // state of the same name is bound to the front of the same region.
+  // One K/V allocation sized by the prefill blob's state I/Os (slots x C_max rows); every blob's
+  // state of the same name is bound to the same region.
   // Sizes come from the blob, so they follow the K/V type (F32 4, F16 2, Q8_0 34/32 bytes an element).
+  const int64_t all_rows = cfg_.parallel * capacity();
   size_t total = 0;
   for (const blob::IoDesc& io : prefill_->exe->image().ios) {
     if (io.role != blob::IoRole::State) continue;
     const auto type = static_cast<GgmlType>(io.type);
     if (type != cfg_.kv_type)
       fail("blob 'prefill': state '{}' is {}, but the K/V type is {}", io.name, ggml_type_name(type), ggml_type_name(cfg_.kv_type));
-    if (io.shape.empty() || io.shape[0] != capacity() || io.bytes % static_cast<uint64_t>(capacity()) != 0)
-      fail("blob 'prefill': state '{}' is not {} whole rows", io.name, capacity());
+    if (io.shape.empty() || io.shape[0] != all_rows || io.bytes % static_cast<uint64_t>(all_rows) != 0)
+      fail("blob 'prefill': state '{}' is not {} whole rows", io.name, all_rows);
     int64_t row_elems = 1;
     for (size_t d = 1; d < io.shape.size(); ++d) row_elems *= io.shape[d];
-    regions_.push_back({io.name, type, row_elems, total, io.bytes});
+    const size_t row_bytes = io.bytes / static_cast<uint64_t>(all_rows);
+    regions_.push_back({io.name, type, row_elems, row_bytes, total, io.bytes});
     total += (io.bytes + 63) / 64 * 64;
-    stats_.kv_row_bytes += static_cast<int64_t>(io.bytes) / capacity();
+    stats_.kv_row_bytes += static_cast<int64_t>(row_bytes);
   }
   kv_ = driver::AlignedBuffer(total);
   stats_.packed_weights_built = bank_->packed_built();
@@ -205,7 +227,7 @@ void LlmRuntime::load_blobs() {
 
   // Phase 2: record each blob's command list (the first one allocates the arena) and bind its
   // inputs, outputs and state once.
-  auto record = [&](Slot& s) {
+  auto record = [&](Program& s) {
     const size_t seq = static_cast<size_t>(s.seq);
     s.cl = std::make_unique<driver::CommandList>(*s.exe);
     s.positions.assign(seq, 0);
@@ -215,10 +237,12 @@ void LlmRuntime::load_blobs() {
     if (s.kind == BlobSpec::Forward) {
       s.ids.assign(seq, 0);
       s.rows.assign(seq, -1);
+      s.kv_base.assign(seq, 0);
       s.mask.assign(seq * static_cast<size_t>(s.capacity), kNegInf);
       s.logits.assign((s.last_row_logits ? 1 : seq) * static_cast<size_t>(hp_.n_vocab), 0.0f);
       s.cl->bind("input_ids", s.ids.data(), s.ids.size() * 4);
       s.cl->bind("cache_rows", s.rows.data(), s.rows.size() * 4);
+      s.cl->bind("kv_base", s.kv_base.data(), s.kv_base.size() * 4);
       s.cl->bind("attention_mask", s.mask.data(), s.mask.size() * 4);
       s.cl->bind("logits", s.logits.data(), s.logits.size() * 4);
       if (s.last_row_logits) {
@@ -243,27 +267,30 @@ void LlmRuntime::load_blobs() {
   stats_.scratch_bytes = static_cast<int64_t>(scratch_->size());
 }
 
-// Fills a slot's inputs for tokens `ids` at positions first_pos.. ; the rest of the slot is padding.
-void LlmRuntime::fill_step(Slot& s, std::span<const int32_t> ids, int64_t first_pos) {
-  const int64_t C = s.capacity;
-  for (int64_t i = 0; i < s.seq; ++i) {
-    const bool real = i < static_cast<int64_t>(ids.size());
-    const int64_t pos = first_pos + i;
-    s.ids[static_cast<size_t>(i)] = real ? ids[static_cast<size_t>(i)] : 0;
-    s.positions[static_cast<size_t>(i)] = real ? static_cast<int32_t>(pos) : 0;
-    s.rows[static_cast<size_t>(i)] = real ? static_cast<int32_t>(pos) : -1;
-    float* m = s.mask.data() + i * C;
-    const int64_t visible = real ? pos + 1 : 0;  // token at pos attends rows [0, pos]
-    std::fill(m, m + visible, 0.0f);
-    std::fill(m + visible, m + C, kNegInf);
-  }
-  if (s.last_row_logits) s.logit_rows[0] = static_cast<int32_t>(ids.size()) - 1;  // the last real token
+void LlmRuntime::check_slot(int64_t slot) const {
+  if (slot < 0 || slot >= cfg_.parallel) fail("sequence slot {} does not exist (this runtime has {})", slot, cfg_.parallel);
 }
 
-std::span<const float> LlmRuntime::prefill(std::span<const int32_t> ids, std::vector<float>* all_logits) {
+void LlmRuntime::fill_row(Program& p, int64_t i, int64_t slot, int32_t id, int64_t pos, bool real) {
+  const int64_t C = p.capacity;
+  const size_t r = static_cast<size_t>(i);
+  const int64_t first = slot * capacity();  // the slot's region
+  p.ids[r] = real ? id : 0;
+  p.positions[r] = real ? static_cast<int32_t>(pos) : 0;
+  p.rows[r] = real ? static_cast<int32_t>(first + pos) : -1;
+  p.kv_base[r] = static_cast<int32_t>(first);
+  float* m = p.mask.data() + i * C;
+  const int64_t visible = real ? pos + 1 : 0;  // token at pos attends its slot's rows [0, pos]
+  std::fill(m, m + visible, 0.0f);
+  std::fill(m + visible, m + C, kNegInf);
+}
+
+std::span<const float> LlmRuntime::prefill_slot(int64_t slot, std::span<const int32_t> ids, std::vector<float>* all_logits) {
+  check_slot(slot);
+  int64_t& pos = pos_[static_cast<size_t>(slot)];
   if (ids.empty()) fail("prefill needs at least one token");
-  if (pos_ + static_cast<int64_t>(ids.size()) > capacity())
-    fail("prompt of {} tokens does not fit: {} of {} K/V rows are in use", ids.size(), pos_, capacity());
+  if (pos + static_cast<int64_t>(ids.size()) > capacity())
+    fail("prompt of {} tokens does not fit: {} of {} K/V rows are in use", ids.size(), pos, capacity());
   for (int32_t id : ids)
     if (id < 0 || id >= hp_.n_vocab) fail("token id {} is outside the vocabulary (0..{})", id, hp_.n_vocab - 1);
   if (all_logits && !cfg_.all_logits)
@@ -272,18 +299,22 @@ std::span<const float> LlmRuntime::prefill(std::span<const int32_t> ids, std::ve
   const int64_t V = hp_.n_vocab;
   if (all_logits) all_logits->clear();
   int64_t last_n = 0;
-  Slot* used = prefill_.get();
+  Program* used = prefill_.get();
   for (size_t off = 0; off < ids.size();) {
     const size_t n = std::min(ids.size() - off, static_cast<size_t>(prefill_->seq));
     // The smallest prefill blob that takes these n tokens (the tails are sorted largest first).
-    Slot* pick = prefill_.get();
+    Program* pick = prefill_.get();
     for (auto& t : prefill_tails_)
       if (t->seq >= static_cast<int64_t>(n)) pick = t.get();
-    Slot& s = *pick;
+    Program& s = *pick;
     used = pick;
-    fill_step(s, ids.subspan(off, n), pos_);
+    for (int64_t i = 0; i < s.seq; ++i) {
+      const bool real = i < static_cast<int64_t>(n);
+      fill_row(s, i, slot, real ? ids[off + static_cast<size_t>(i)] : 0, pos + i, real);
+    }
+    if (s.last_row_logits) s.logit_rows[0] = static_cast<int32_t>(n) - 1;  // the last real token
     queue_->run(*s.cl);
-    pos_ += static_cast<int64_t>(n);
+    pos += static_cast<int64_t>(n);
     stats_.prefill_chunks++;
     stats_.prefill_tokens += static_cast<int64_t>(n);
     stats_.padded_positions += s.seq - static_cast<int64_t>(n);
@@ -295,24 +326,34 @@ std::span<const float> LlmRuntime::prefill(std::span<const int32_t> ids, std::ve
   return {used->logits.data() + last_row * V, static_cast<size_t>(V)};
 }
 
-void LlmRuntime::shift(int64_t n_keep, int64_t n_discard) {
-  if (n_keep < 0 || n_discard < 1 || n_keep + n_discard > pos_)
-    fail("context shift: cannot drop rows [{}, {}) of the {} in use", n_keep, n_keep + n_discard, pos_);
-  const int64_t cmax = capacity();
-  const int64_t moved = pos_ - n_keep - n_discard;
+void LlmRuntime::truncate(int64_t slot, int64_t n) {
+  check_slot(slot);
+  int64_t& pos = pos_[static_cast<size_t>(slot)];
+  if (n < 0 || n > pos) fail("cannot keep {} rows of slot {}: it holds {}", n, slot, pos);
+  pos = n;
+}
+
+void LlmRuntime::shift(int64_t n_keep, int64_t n_discard, int64_t slot) {
+  check_slot(slot);
+  int64_t& pos = pos_[static_cast<size_t>(slot)];
+  if (n_keep < 0 || n_discard < 1 || n_keep + n_discard > pos)
+    fail("context shift: cannot drop rows [{}, {}) of the {} in use", n_keep, n_keep + n_discard, pos);
+  const int64_t first = slot * capacity();
+  const int64_t moved = pos - n_keep - n_discard;
   for (const StateRegion& r : regions_) {
-    const size_t row = r.bytes / static_cast<size_t>(cmax);
-    uint8_t* base = kv_.data() + r.offset;
+    const size_t row = r.row_bytes;
+    uint8_t* base = kv_.data() + r.offset + static_cast<size_t>(first) * row;
     std::memmove(base + static_cast<size_t>(n_keep) * row, base + static_cast<size_t>(n_keep + n_discard) * row,
                  static_cast<size_t>(moved) * row);
     stats_.kv_bytes_copied += moved * static_cast<int64_t>(row);
   }
-  // The moved keys were rotated for positions n_discard further on: turn them back by n_discard.
-  Slot& s = *rerotate_;
+  // The moved keys were rotated for positions n_discard further on: turn them back by n_discard
+  // (rows with delta 0, every other slot's among them, are left as they are).
+  Program& s = *rerotate_;
   std::fill(s.positions.begin(), s.positions.end(), 0);
-  std::fill(s.positions.begin() + n_keep, s.positions.begin() + n_keep + moved, static_cast<int32_t>(-n_discard));
+  std::fill(s.positions.begin() + first + n_keep, s.positions.begin() + first + n_keep + moved, static_cast<int32_t>(-n_discard));
   queue_->run(*s.cl);
-  pos_ -= n_discard;
+  pos -= n_discard;
   stats_.context_shifts++;
 }
 
@@ -322,34 +363,73 @@ std::vector<std::string> LlmRuntime::state_names() const {
   return out;
 }
 
-std::vector<float> LlmRuntime::get_state(const std::string& name) const {
+std::vector<float> LlmRuntime::get_state(const std::string& name, int64_t slot) const {
+  check_slot(slot);
   for (const StateRegion& r : regions_) {
     if (r.name != name) continue;
-    // Rows are whole blocks (the compiler checks it), so the first pos_ rows convert as one run.
-    const int64_t elems = pos_ * r.row_elems;
+    // Rows are whole blocks (the compiler checks it), so the slot's first rows convert as one run.
+    const int64_t elems = position(slot) * r.row_elems;
     std::vector<float> out(static_cast<size_t>(elems));
-    dequantize_row(r.type, kv_.data() + r.offset, out.data(), elems);
+    dequantize_row(r.type, kv_.data() + r.offset + static_cast<size_t>(slot * capacity()) * r.row_bytes, out.data(), elems);
     return out;
   }
   fail("no state variable named '{}'", name);
 }
 
-LlmRuntime::Slot& LlmRuntime::variant_for(int64_t rows) {
+int64_t LlmRuntime::variant_capacity(int64_t rows) const {
+  for (int64_t c : cfg_.variants)
+    if (c >= rows) return c;
+  return 0;
+}
+
+LlmRuntime::Program& LlmRuntime::generate_for(int64_t batch, int64_t rows) {
+  // generate_ is ordered by batch size, then capacity: the first that fits both is the smallest.
   for (auto& g : generate_)
-    if (g->capacity >= rows) return *g;
-  fail("the K/V state is full: {} rows needed, the largest generate variant holds {}", rows, capacity());
+    if (g->seq >= batch && g->capacity >= rows) return *g;
+  if (rows > capacity()) fail("the K/V state is full: {} rows needed, the largest generate variant holds {}", rows, capacity());
+  fail("no generate blob runs {} sequences at once (this runtime has {} slots)", batch, cfg_.parallel);
 }
 
 std::span<const float> LlmRuntime::decode(int32_t id) {
-  if (id < 0 || id >= hp_.n_vocab) fail("token id {} is outside the vocabulary (0..{})", id, hp_.n_vocab - 1);
-  Slot& s = variant_for(pos_ + 1);
-  const int32_t one[1] = {id};
-  fill_step(s, one, pos_);
-  queue_->run(*s.cl);
-  pos_++;
-  stats_.decode_tokens++;
-  stats_.variants_used.insert(s.capacity);
-  return {s.logits.data(), static_cast<size_t>(hp_.n_vocab)};
+  const SlotToken one{0, id};
+  return decode_batch({&one, 1});
+}
+
+std::span<const float> LlmRuntime::decode_batch(std::span<const SlotToken> tokens) {
+  if (tokens.empty()) fail("decode_batch needs at least one sequence");
+  int64_t longest = 0;
+  std::vector<bool> seen(static_cast<size_t>(cfg_.parallel), false);
+  for (const SlotToken& t : tokens) {
+    check_slot(t.slot);
+    if (seen[static_cast<size_t>(t.slot)]) fail("decode_batch: slot {} is listed twice", t.slot);
+    seen[static_cast<size_t>(t.slot)] = true;
+    if (t.id < 0 || t.id >= hp_.n_vocab) fail("token id {} is outside the vocabulary (0..{})", t.id, hp_.n_vocab - 1);
+    longest = std::max(longest, position(t.slot) + 1);
+  }
+  const int64_t n = static_cast<int64_t>(tokens.size());
+  Program& p = generate_for(n, longest);
+  for (int64_t i = 0; i < p.seq; ++i) {
+    if (i < n) {
+      const SlotToken& t = tokens[static_cast<size_t>(i)];
+      fill_row(p, i, t.slot, t.id, position(t.slot), true);
+    } else {
+      fill_row(p, i, 0, 0, 0, false);  // padding: writes nowhere, attends nothing
+    }
+  }
+  queue_->run(*p.cl);
+  for (const SlotToken& t : tokens) pos_[static_cast<size_t>(t.slot)]++;
+  stats_.decode_tokens += n;
+  stats_.variants_used.insert(p.capacity);
+  stats_.batch_sizes_used.insert(p.seq);
+  if (p.seq > 1) {
+    stats_.batched_steps++;
+    stats_.batch_rows += n;
+  }
+  stats_.padded_rows += p.seq - n;
+  stats_.last_batch = p.seq;
+  stats_.last_capacity = p.capacity;
+  stats_.last_active = n;
+  return {p.logits.data(), static_cast<size_t>(n * hp_.n_vocab)};
 }
 
 }  // namespace npullm::npuw

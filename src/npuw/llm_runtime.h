@@ -3,16 +3,23 @@
 // From one model it compiles (or loads from the blob cache)
 //   - a prefill blob: P new tokens at a time (the chunk), attending a state of C_max rows, that
 //     computes the logits of the run's last real token only (RuntimeConfig::all_logits: of every token);
-//   - generate variants: one token at a time, attending C rows, for each capacity C in the list.
-// It owns one K/V allocation of C_max rows per state variable. Every blob's state I/O is bound to
-// the front of that allocation (a variant of capacity C sees rows [0, C)), so switching variants
-// copies nothing and each token's K/V is written straight into its row by the blob itself.
+//   - generate variants: for each batch size B and each capacity C, B tokens (one per sequence)
+//     at a time, each attending C rows of its own sequence.
+// Sequence slots: the runtime holds `parallel` sequences at once. It owns one K/V allocation per
+// state variable of parallel x C_max rows, slot s owning rows [s*C_max, (s+1)*C_max). Every blob's
+// state I/O is bound to the whole allocation; a token names its slot through its cache row (where
+// its K/V is written) and its kv_base (where its attention window starts), so switching variants
+// or batch sizes copies nothing and each token's K/V is written straight into its row by the blob.
+// A batched step reads the weights once for up to B sequences' next tokens.
 // All blobs run on one queue, one at a time, so they also share one scratch arena (the driver's
 // ScratchArena), as big as the largest blob's.
 //
 // Per run it fills the inputs the model graph declares (model/llama_graph.h): token ids, positions,
-// the cache row each token writes, and the additive attention mask. A prompt longer than P is run
-// in chunks; the last chunk is padded, and padded positions write nowhere and attend nothing.
+// the cache row each token writes, its window's first row, and the additive attention mask. A
+// prompt longer than P is run in chunks; the last chunk is padded, and padded positions (and the
+// padded rows of a batch) write nowhere and attend nothing.
+//
+// The single-sequence calls (prefill, decode, reset, shift, position without a slot) act on slot 0.
 #pragma once
 #include <cstdint>
 #include <memory>
@@ -32,6 +39,9 @@ struct RuntimeConfig {
   int64_t prefill_chunk = 64;          // P
   bool prefill_ladder = true;          // also compile prefill blobs of P/4, P/16, ... (>= 8) for short tails
   std::vector<int64_t> variants;       // generate capacities; empty = defaults (see default_variants)
+  int64_t parallel = 1;                // sequence slots, each with C_max rows of K/V
+  // Batch sizes of the generate blobs; empty = 1, 2, 4, ... below `parallel`, and `parallel`.
+  std::vector<int64_t> batch_sizes;
   int64_t max_prompt_len = 1024;       // MAX_PROMPT_LEN
   int64_t min_response_len = 128;      // MIN_RESPONSE_LEN
   // Prefill blobs compute the logits of every token, so prefill(ids, &all_logits) works. Off (the
@@ -65,23 +75,41 @@ struct RuntimeStats {
   int64_t kv_row_bytes = 0;            // bytes one position takes in all state variables together
   int64_t packed_weights_built = 0;    // weights packed into another layout in this process
   int64_t packed_weights_cached = 0;   // packed weights mapped from the cache
+  int64_t slots = 1;                   // sequence slots (RuntimeConfig::parallel)
+  int64_t batched_steps = 0;           // decode steps that ran more than one sequence
+  int64_t batch_rows = 0;              // sequences' tokens run by decode_batch (real rows)
+  int64_t padded_rows = 0;             // rows of batched blobs that held no sequence
+  std::set<int64_t> batch_sizes_used;  // B of the generate blobs that ran
+  // The last decode step: blob batch x capacity and its real rows (for a live view).
+  int64_t last_batch = 0, last_capacity = 0, last_active = 0;
 };
 
 // Capacities used when none are given: powers of two from 128 up to, and then exactly,
 // min(max_prompt_len + min_response_len, n_ctx_train).
 std::vector<int64_t> default_variants(int64_t max_prompt_len, int64_t min_response_len, int64_t n_ctx_train);
 
-// The blobs a configuration needs: "prefill" (seq = P, ctx = C_max) and "generate-<C>" (seq = 1).
+// Batch sizes used when none are given: 1, 2, 4, ... below `parallel`, then `parallel`.
+std::vector<int64_t> default_batch_sizes(int64_t parallel);
+
+// The blobs a configuration needs: "prefill" (seq = P, ctx = C_max), "generate-<C>" (seq = 1) and
+// "generate-b<B>-<C>" (seq = B); every one's state holds rows = parallel x C_max.
 struct BlobSpec {
   enum Kind { Forward, Rerotate } kind = Forward;  // the model graph, or the context-shift key rotation
   std::string name;
   int64_t seq = 0, capacity = 0;
+  int64_t rows = 0;                  // state rows: every slot's region
   bool last_row_logits = false;      // Forward: logits of one chosen row (input logit_rows), not of all seq
   GgmlType kv_type = GgmlType::F16;
   std::vector<GgmlType> panels16_types;  // MatMul weight types stored as Panels16
   std::string cache_config() const;  // what the blob cache keys on besides the model
 };
-std::vector<BlobSpec> blob_specs(const RuntimeConfig& cfg);  // cfg.variants must be resolved
+std::vector<BlobSpec> blob_specs(const RuntimeConfig& cfg);  // cfg.variants and batch_sizes must be resolved
+
+// One row of a batched decode step: the slot's next token.
+struct SlotToken {
+  int64_t slot = 0;
+  int32_t id = 0;
+};
 
 // Compiles every blob of `cfg` for the model (the `npullm compile` command); returns name -> ELF bytes.
 std::vector<std::pair<std::string, std::vector<uint8_t>>> compile_blobs(const std::string& model_path, RuntimeConfig cfg);
@@ -95,38 +123,53 @@ class LlmRuntime {
   const model::HParams& hparams() const { return hp_; }
   const RuntimeConfig& config() const { return cfg_; }
   const std::vector<int64_t>& variants() const { return cfg_.variants; }
+  const std::vector<int64_t>& batch_sizes() const { return cfg_.batch_sizes; }
   int64_t n_vocab() const { return hp_.n_vocab; }
-  int64_t capacity() const { return cfg_.variants.back(); }  // C_max
-  int64_t position() const { return pos_; }                  // rows of the state in use
+  int64_t capacity() const { return cfg_.variants.back(); }  // C_max, per slot
+  int64_t slots() const { return cfg_.parallel; }
+  int64_t position(int64_t slot = 0) const { return pos_.at(static_cast<size_t>(slot)); }  // rows of the slot in use
   const RuntimeStats& stats() const { return stats_; }
   void clear_variants_used() { stats_.variants_used.clear(); }  // start a new window of variants_used
   std::string device_name() const;
   int device_threads() const;
+  // The capacity of the generate variant that holds `rows` rows (what a slot at that length runs in).
+  int64_t variant_capacity(int64_t rows) const;
 
-  // Runs `ids` through the prefill blob at the current position (in chunks of P) and returns the
+  // Runs `ids` through the prefill blob at the slot's position (in chunks of P) and returns the
   // logits after the last one (valid until the next call). If `all_logits` is given, it receives
   // the logits after every token, [ids.size()][n_vocab]; that needs config().all_logits, else it
-  // throws (before running anything). Throws if the state would overflow.
-  std::span<const float> prefill(std::span<const int32_t> ids, std::vector<float>* all_logits = nullptr);
-  // Runs one token through the smallest generate variant that holds position()+1 rows.
+  // throws (before running anything). Throws if the slot's state would overflow.
+  std::span<const float> prefill(std::span<const int32_t> ids, std::vector<float>* all_logits = nullptr) {
+    return prefill_slot(0, ids, all_logits);
+  }
+  std::span<const float> prefill_slot(int64_t slot, std::span<const int32_t> ids, std::vector<float>* all_logits = nullptr);
+  // Runs one token through the smallest generate variant that holds position()+1 rows (slot 0).
   std::span<const float> decode(int32_t id);
-  // Forgets the state (the K/V rows are simply no longer attended).
-  void reset() { pos_ = 0; }
-  // Forgets rows [n_keep, n_keep + n_discard): later rows move down by n_discard and their keys are
-  // re-rotated to their new positions, so positions stay contiguous and nothing is re-prefilled.
-  // The moved bytes are counted in kv_bytes_copied.
-  void shift(int64_t n_keep, int64_t n_discard);
+  // Runs the next token of each listed slot (distinct slots) in one step of the smallest batch
+  // size >= tokens.size() and the smallest capacity that holds the longest of them. Returns the
+  // logits, [tokens.size()][n_vocab] in the order given (valid until the next call).
+  std::span<const float> decode_batch(std::span<const SlotToken> tokens);
+  // Forgets a slot's state (its K/V rows are simply no longer attended).
+  void reset(int64_t slot = 0) { truncate(slot, 0); }
+  // Keeps a slot's first n rows and forgets the rest (a shared prefix is reused this way).
+  void truncate(int64_t slot, int64_t n);
+  // Forgets rows [n_keep, n_keep + n_discard) of a slot: later rows move down by n_discard and their
+  // keys are re-rotated to their new positions, so positions stay contiguous and nothing is
+  // re-prefilled. The moved bytes are counted in kv_bytes_copied.
+  void shift(int64_t n_keep, int64_t n_discard, int64_t slot = 0);
 
   // Variable state access (DESIGN rule 4): the names of the state variables, and a copy of the
-  // first position() rows of one of them (row-major, converted to F32 whatever the K/V type).
+  // first position(slot) rows of one of them in a slot (row-major, converted to F32 whatever the K/V type).
   std::vector<std::string> state_names() const;
-  std::vector<float> get_state(const std::string& name) const;
+  std::vector<float> get_state(const std::string& name, int64_t slot = 0) const;
 
  private:
-  struct Slot;  // one loaded blob with its bound inputs
+  struct Program;  // one loaded blob with its bound inputs
   void load_blobs();
-  Slot& variant_for(int64_t rows);
-  void fill_step(Slot& s, std::span<const int32_t> ids, int64_t first_pos);
+  Program& generate_for(int64_t batch, int64_t rows);
+  void check_slot(int64_t slot) const;
+  // Sets row i of a program's inputs: token `id` of `slot` at position `pos` (real), or padding.
+  void fill_row(Program& p, int64_t i, int64_t slot, int32_t id, int64_t pos, bool real);
 
   RuntimeConfig cfg_;
   std::unique_ptr<GgufFile> gguf_;
@@ -134,20 +177,21 @@ class LlmRuntime {
   std::unique_ptr<device::Device> device_;
   std::unique_ptr<GgufWeightsBank> bank_;  // before the blobs: they point into its packed weights
   std::unique_ptr<driver::Queue> queue_;
-  std::unique_ptr<Slot> prefill_;                     // P tokens
-  std::vector<std::unique_ptr<Slot>> prefill_tails_;  // P/4, P/16, ... tokens
-  std::unique_ptr<Slot> rerotate_;
+  std::unique_ptr<Program> prefill_;                     // P tokens
+  std::vector<std::unique_ptr<Program>> prefill_tails_;  // P/4, P/16, ... tokens
+  std::unique_ptr<Program> rerotate_;
   struct StateRegion {
     std::string name;
     GgmlType type = GgmlType::F32;
     int64_t row_elems = 0;        // elements of one row (position)
-    size_t offset = 0, bytes = 0;  // of C_max rows in kv_
+    size_t row_bytes = 0;
+    size_t offset = 0, bytes = 0;  // of slots x C_max rows in kv_
   };
-  std::vector<StateRegion> regions_;  // one per state variable, C_max rows each
-  std::vector<std::unique_ptr<Slot>> generate_;
+  std::vector<StateRegion> regions_;  // one per state variable, slots x C_max rows each
+  std::vector<std::unique_ptr<Program>> generate_;  // by batch size, then capacity
   driver::AlignedBuffer kv_;
   std::shared_ptr<driver::ScratchArena> scratch_;  // shared by every blob (they run one at a time on queue_)
-  int64_t pos_ = 0;
+  std::vector<int64_t> pos_;                       // rows in use, per slot
   RuntimeStats stats_;
 };
 

@@ -150,7 +150,7 @@ TEST(Compiler, LlamaBlobHasStagesBarriersAndStateIo) {
   auto f = GgufFile::open(test::shared_path("models/llama2c/stories260K.gguf"));
   const auto hp = model::HParams::from_gguf(*f);
   const ir::Graph g = model::build_llama_graph(hp, *f, GgmlType::F16);
-  const blob::BlobImage img = compiler::compile(g, {"generate", {{"seq", 1}, {"ctx", 64}}});
+  const blob::BlobImage img = compiler::compile(g, {"generate", {{"seq", 1}, {"ctx", 64}, {"rows", 64}}});
   // Tasks are sorted by stage and the barrier counts add up to the tasks of each stage.
   std::vector<uint32_t> count(img.barriers.size(), 0);
   for (size_t i = 0; i < img.tasks.size(); ++i) {
@@ -183,7 +183,7 @@ TEST(Compiler, StateBuffersAndOperandTypesFollowTheKvType) {
     const uint32_t t = static_cast<uint32_t>(kv);
     const int64_t ctx = 48;
     const uint64_t want_bytes = ggml_row_bytes(kv, ctx * hp.n_head_kv * hp.head_dim);  // Q8_0: 34 bytes / 32 values
-    const blob::BlobImage img = compiler::compile(model::build_llama_graph(hp, *f, kv), {"p", {{"seq", 5}, {"ctx", ctx}}});
+    const blob::BlobImage img = compiler::compile(model::build_llama_graph(hp, *f, kv), {"p", {{"seq", 5}, {"ctx", ctx}, {"rows", ctx}}});
     int states = 0;
     for (const auto& io : img.ios)
       if (io.role == blob::IoRole::State) {
@@ -210,7 +210,7 @@ TEST(Compiler, StateBuffersAndOperandTypesFollowTheKvType) {
     EXPECT_EQ(scatters, 2 * hp.n_layer);
     EXPECT_EQ(attentions, hp.n_layer);
 
-    const blob::BlobImage rot = compiler::compile(model::build_rerotate_graph(hp, *f, kv), {"r", {{"ctx", ctx}}});
+    const blob::BlobImage rot = compiler::compile(model::build_rerotate_graph(hp, *f, kv), {"r", {{"rows", ctx}}});
     int ropes = 0;
     for (const auto& task : rot.tasks) {
       ASSERT_EQ(task.op, uint32_t(blob::OpCode::Rope));

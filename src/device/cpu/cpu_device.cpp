@@ -49,6 +49,35 @@ class AlignedBytes {
   std::vector<uint8_t> store_;
 };
 
+// Attention rows [b, e) of (query, head) pairs. Without a base operand every query attends rows
+// [0, C) of K/V; with one, query s attends [base[s], base[s] + C), so one task serves a batch of
+// queries from different sequences, each over its own region of the state (a window that leaves
+// the R rows there are gives zeros, like a fully masked row).
+void attention_windows(const TaskDesc& t, int64_t b, int64_t e, float* work) {
+  const int64_t H = t.dim[1], Hkv = t.dim[2], hd = t.dim[3], C = t.dim[4], R = t.dim[5];
+  const float* q = p<const float>(t, 0);
+  const float* mask = p<const float>(t, 3);
+  float* out = p<float>(t, 4);
+  const int32_t* base = p<const int32_t>(t, 5);
+  if (!base) {
+    attention(q, p<const void>(t, 1), ty(t, 1), p<const void>(t, 2), ty(t, 2), mask, out, H, Hkv, hd, C, t.fparam[0], b, e, work);
+    return;
+  }
+  const size_t k_row = ggml_row_bytes(ty(t, 1), Hkv * hd), v_row = ggml_row_bytes(ty(t, 2), Hkv * hd);
+  for (int64_t s = b / H; s * H < e; ++s) {
+    const int64_t r0 = std::max(b, s * H) - s * H, r1 = std::min(e, (s + 1) * H) - s * H;
+    const int64_t first = base[s];
+    float* o = out + s * H * hd;
+    if (first < 0 || first + C > R) {
+      std::fill(o + r0 * hd, o + r1 * hd, 0.0f);
+      continue;
+    }
+    attention(q + s * H * hd, p<const uint8_t>(t, 1) + static_cast<size_t>(first) * k_row, ty(t, 1),
+              p<const uint8_t>(t, 2) + static_cast<size_t>(first) * v_row, ty(t, 2), mask ? mask + s * C : nullptr, o, H, Hkv,
+              hd, C, t.fparam[0], r0, r1, work);
+  }
+}
+
 void run_chunk(const TaskDesc& t, int64_t b, int64_t e, float* work, const void* xq) {
   switch (static_cast<OpCode>(t.op)) {
     case OpCode::Embed:
@@ -71,8 +100,7 @@ void run_chunk(const TaskDesc& t, int64_t b, int64_t e, float* work, const void*
       scatter_rows(p<const float>(t, 0), p<const int32_t>(t, 1), p<void>(t, 2), ty(t, 2), t.dim[1], t.dim[2], b, e);
       break;
     case OpCode::Attention:
-      attention(p<const float>(t, 0), p<const void>(t, 1), ty(t, 1), p<const void>(t, 2), ty(t, 2), p<const float>(t, 3),
-                p<float>(t, 4), t.dim[1], t.dim[2], t.dim[3], t.dim[4], t.fparam[0], b, e, work);
+      attention_windows(t, b, e, work);
       break;
     case OpCode::GatherRows:
       gather_rows(p<const float>(t, 0), t.dim[2], t.dim[1], p<const int32_t>(t, 1), p<float>(t, 2), b, e);
@@ -107,7 +135,11 @@ class CpuDevice final : public device::Device {
           fail("cpu device: task {} (MatMul) has a {} weight of {} columns in layout {}, which this device cannot read", i,
                ggml_type_name(ty(t, 1)), t.dim[1], t.iparam[0]);
       }
-      if (t.op == static_cast<uint32_t>(OpCode::Attention)) need = std::max(need, attention_work_floats(t.dim[4]));
+      if (t.op == static_cast<uint32_t>(OpCode::Attention)) {
+        need = std::max(need, attention_work_floats(t.dim[4]));
+        if (t.dim[4] < 0 || t.dim[5] < t.dim[4])
+          fail("cpu device: task {} (Attention) attends {} rows of K/V tensors of {}", i, t.dim[4], t.dim[5]);
+      }
       if (split_of(t).length <= 0 && t.op != static_cast<uint32_t>(OpCode::Embed))
         fail("cpu device: task {} ({}) has an empty range", i, blob::op_name(t.op));
     }
