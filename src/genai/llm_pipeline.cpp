@@ -16,6 +16,7 @@
 
 #include "common/error.h"
 #include "genai/chat_format.h"
+#include "genai/configs.h"
 #include "genai/sampler.h"
 #include "genai/stop_rules.h"
 #include "genai/tokenizer.h"
@@ -63,21 +64,7 @@ struct LLMPipeline::Impl {
 
   Impl(const std::string& path, const PipelineConfig& c) : cfg(c) {
     const auto t0 = Clock::now();
-    npuw::RuntimeConfig rc;
-    rc.prefill_chunk = c.prefill_chunk;
-    rc.variants = c.variants;
-    rc.max_prompt_len = c.max_prompt_len;
-    rc.min_response_len = c.min_response_len;
-    rc.threads = c.threads;
-    rc.cache_dir = c.cache_dir;
-    rc.use_cache = c.use_cache;
-    rc.repack_weights = c.repack_weights;
-    switch (c.kv_type) {
-      case KvType::F16: rc.kv_type = GgmlType::F16; break;
-      case KvType::F32: rc.kv_type = GgmlType::F32; break;
-      case KvType::Q8_0: rc.kv_type = GgmlType::Q8_0; break;
-      default: fail("PipelineConfig::kv_type {} is not a K/V cache type (F16, F32 or Q8_0)", static_cast<int>(c.kv_type));
-    }
+    const npuw::RuntimeConfig rc = genai::runtime_config(c);
     rt = std::make_unique<npuw::LlmRuntime>(path, rc);
     tok = std::make_unique<genai::Tokenizer>(genai::Vocab::from_gguf(rt->gguf()));
     if (tok->n_vocab() != rt->n_vocab())
@@ -226,18 +213,7 @@ struct LLMPipeline::Impl {
     pending.clear();
     res.context_ids = kv_ids;
 
-    genai::SamplerConfig sc;
-    sc.temperature = g.temperature;
-    sc.top_k = g.top_k;
-    sc.top_p = g.top_p;
-    sc.min_p = g.min_p;
-    sc.typical_p = g.typical_p;
-    sc.repetition_penalty = g.repetition_penalty;
-    sc.presence_penalty = g.presence_penalty;
-    sc.frequency_penalty = g.frequency_penalty;
-    sc.penalty_last_n = g.penalty_last_n;
-    sc.seed = g.seed;
-    genai::Sampler sampler(sc);
+    genai::Sampler sampler(genai::sampler_config(g));
     const size_t window = static_cast<size_t>(std::max(0, g.penalty_last_n));
     for (size_t i = kv_ids.size() > window ? kv_ids.size() - window : 0; i < kv_ids.size(); ++i) sampler.accept(kv_ids[i]);
 

@@ -1,0 +1,422 @@
+#include "genai/serving/scheduler.h"
+
+#include <algorithm>
+#include <filesystem>
+#include <fmt/format.h>
+#include <fmt/ranges.h>
+
+#include "genai/chat_format.h"
+#include "genai/configs.h"
+#include "genai/sampler.h"
+#include "genai/stop_rules.h"
+#include "genai/tokenizer.h"
+#include "npuw/llm_runtime.h"
+
+namespace npullm::genai {
+
+namespace {
+
+using Clock = std::chrono::steady_clock;
+double ms_between(Clock::time_point a, Clock::time_point b) { return std::chrono::duration<double, std::milli>(b - a).count(); }
+
+// Bucket bounds in milliseconds: first-token times span queueing and prefill (up to seconds),
+// per-token times a decode step (a few ms to a few hundred).
+std::vector<double> ttft_bounds() { return {5, 10, 25, 50, 100, 250, 500, 1000, 2500, 5000, 10000, 30000}; }
+std::vector<double> token_bounds() { return {1, 2, 5, 10, 20, 50, 100, 200, 500, 1000}; }
+
+size_t common_prefix(const std::vector<int32_t>& a, const std::vector<int32_t>& b) {
+  const size_t n = std::min(a.size(), b.size());
+  size_t i = 0;
+  while (i < n && a[i] == b[i]) ++i;
+  return i;
+}
+
+}  // namespace
+
+void Histogram::add(double v) {
+  size_t i = 0;
+  while (i < bounds.size() && v > bounds[i]) ++i;
+  counts[i]++;
+  sum += v;
+  count++;
+}
+
+// A request from submission to its last callback.
+struct Scheduler::Active {
+  uint64_t id = 0;
+  ServeRequest r;
+  Clock::time_point submitted, first_token, last_token;
+  size_t prefilled = 0;              // prompt tokens whose rows are in the slot (cached + prefilled)
+  std::unique_ptr<Sampler> sampler;
+  std::unique_ptr<StopTokens> stop_ids;
+  std::unique_ptr<StopMatcher> stop;
+  std::unique_ptr<StreamDecoder> decoder;
+  ServeResult res;
+  int32_t next = -1;                 // sampled, to be run by the next decode step
+  bool decoding = false;             // the prompt is in; decode steps run it
+  bool cancelled = false;
+};
+
+struct Scheduler::Slot {
+  int64_t id = 0;
+  std::vector<int32_t> tokens;       // the ids whose K/V rows the slot holds, in order
+  std::unique_ptr<Active> req;       // null: free (tokens kept for prefix reuse)
+  Clock::time_point last_used{};
+  int64_t cached = 0, prompt = 0, generated = 0;  // of the current / last request
+  double tps = 0;
+};
+
+Scheduler::Scheduler(const std::string& model_path, const PipelineConfig& cfg, const SchedulerConfig& sc)
+    : cfg_(cfg), sc_(sc) {
+  if (sc_.max_queue < 0) fail("the request queue cannot hold {} requests", sc_.max_queue);
+  rt_ = std::make_unique<npuw::LlmRuntime>(model_path, runtime_config(cfg, sc.parallel));
+  tok_ = std::make_unique<Tokenizer>(Vocab::from_gguf(rt_->gguf()));
+  if (tok_->n_vocab() != rt_->n_vocab())
+    fail("{}: the vocabulary has {} tokens but the model's embedding has {} rows", rt_->gguf().path(), tok_->n_vocab(), rt_->n_vocab());
+  try {
+    format_ = std::make_unique<ChatFormat>(cfg.chat_template, *tok_);
+  } catch (const Error& e) {
+    // Completions still work; chat requests get this message.
+    format_error_ = e.what();
+  }
+  model_name_ = std::filesystem::path(model_path).stem().string();
+  for (int64_t i = 0; i < rt_->slots(); ++i) {
+    slots_.push_back(std::make_unique<Slot>());
+    slots_.back()->id = i;
+  }
+  work_.ttft_ms = Histogram(ttft_bounds());
+  work_.token_latency_ms = Histogram(token_bounds());
+  publish();
+  thread_ = std::thread([this] { loop(); });
+}
+
+Scheduler::~Scheduler() { shutdown(); }
+
+int64_t Scheduler::slot_capacity() const { return rt_->capacity(); }
+
+std::string Scheduler::description() const {
+  const auto& hp = rt_->hparams();
+  return fmt::format("{} ({}, {} layers, {} dim, vocab {}), {} slots x K/V capacities [{}], batch sizes [{}], {}", hp.name, hp.arch,
+                     hp.n_layer, hp.n_embd, hp.n_vocab, rt_->slots(), fmt::join(rt_->variants(), ","),
+                     fmt::join(rt_->batch_sizes(), ","), rt_->device_name());
+}
+
+std::vector<int32_t> Scheduler::encode_chat(const std::vector<ChatMessage>& messages) const {
+  if (!format_) fail("{}", format_error_);
+  const std::string text = format_->render(messages, true);
+  // BOS is added unless the template already wrote it; special tokens are parsed (as LLMPipeline).
+  const bool has_bos = !format_->bos_text().empty() && text.rfind(format_->bos_text(), 0) == 0;
+  return tok_->encode(text, !has_bos, true);
+}
+
+std::vector<int32_t> Scheduler::encode_prompt(const std::string& text) const { return tok_->encode(text, true); }
+
+uint64_t Scheduler::submit(ServeRequest r) {
+  const int64_t n = static_cast<int64_t>(r.prompt_ids.size());
+  if (n == 0) fail("the prompt has no tokens");
+  if (n >= rt_->capacity())
+    fail("the prompt has {} tokens, but a sequence slot holds {} (prompt and reply together)", n, rt_->capacity());
+  if (r.gen.max_new_tokens < 1) fail("max_tokens must be at least 1");
+  Sampler check(sampler_config(r.gen));  // throws on settings out of range, before queueing
+  auto a = std::make_unique<Active>();
+  a->r = std::move(r);
+  a->submitted = Clock::now();
+  std::lock_guard lk(mu_);
+  if (stopping_) fail("the server is shutting down");
+  if (static_cast<int64_t>(queue_.size()) >= sc_.max_queue)
+    throw QueueFull(fmt::format("all {} slots are busy and {} requests are waiting; retry later", rt_->slots(), queue_.size()));
+  a->id = next_id_++;
+  const uint64_t id = a->id;
+  queue_.push_back(std::move(a));
+  cv_.notify_all();
+  return id;
+}
+
+void Scheduler::cancel(uint64_t id) {
+  std::lock_guard lk(mu_);
+  cancelled_.push_back(id);
+  cv_.notify_all();
+}
+
+SchedulerStatus Scheduler::status() const {
+  std::lock_guard lk(mu_);
+  SchedulerStatus s = status_;
+  s.queue = static_cast<int64_t>(queue_.size());
+  return s;
+}
+
+void Scheduler::shutdown() {
+  {
+    std::lock_guard lk(mu_);
+    if (!thread_.joinable()) return;
+    stopping_ = true;
+    cv_.notify_all();
+  }
+  thread_.join();
+}
+
+bool Scheduler::admit() {
+  bool any = false;
+  while (!queue_.empty()) {
+    const std::vector<int32_t>& prompt = queue_.front()->r.prompt_ids;
+    // The free slot sharing the longest prefix with the prompt; among equals, the least recently used.
+    Slot* best = nullptr;
+    size_t best_len = 0;
+    for (auto& s : slots_) {
+      if (s->req) continue;
+      const size_t len = common_prefix(s->tokens, prompt);
+      if (!best || len > best_len || (len == best_len && s->last_used < best->last_used)) {
+        best = s.get();
+        best_len = len;
+      }
+    }
+    if (!best) break;
+    std::unique_ptr<Active> a = std::move(queue_.front());
+    queue_.pop_front();
+    // At least the last prompt token is run: its logits give the first token.
+    const size_t keep = std::min(best_len, prompt.size() - 1);
+    rt_->truncate(best->id, static_cast<int64_t>(keep));
+    best->tokens.resize(keep);
+    a->prefilled = keep;
+    a->res.cached_tokens = static_cast<int64_t>(keep);
+    a->res.prompt_tokens = static_cast<int64_t>(prompt.size());
+    a->res.slot = best->id;
+    a->res.queue_ms = ms_between(a->submitted, Clock::now());
+    const GenerationConfig& g = a->r.gen;
+    a->sampler = std::make_unique<Sampler>(sampler_config(g));
+    // The penalties look at the prompt too, as LLMPipeline's do.
+    const size_t window = static_cast<size_t>(std::max(0, g.penalty_last_n));
+    for (size_t i = prompt.size() > window ? prompt.size() - window : 0; i < prompt.size(); ++i) a->sampler->accept(prompt[i]);
+    a->stop_ids = std::make_unique<StopTokens>(g.stop_token_ids);
+    if (!g.ignore_eos && tok_->eos() >= 0) a->stop_ids->add(tok_->eos());
+    a->stop = std::make_unique<StopMatcher>(g.stop_strings);
+    // After BOS alone, SPM's dummy-prefix space of the first piece is not text.
+    a->decoder = std::make_unique<StreamDecoder>(*tok_, prompt.size() == 1 && prompt[0] == tok_->bos());
+    best->cached = a->res.cached_tokens;
+    best->prompt = a->res.prompt_tokens;
+    best->generated = 0;
+    best->tps = 0;
+    best->req = std::move(a);
+    work_.cached_tokens += keep;
+    work_.prompt_tokens += prompt.size();
+    any = true;
+  }
+  return any;
+}
+
+void Scheduler::loop() {
+  for (;;) {
+    std::vector<std::unique_ptr<Active>> dropped;  // cancelled while waiting
+    bool stop_now = false;
+    {
+      std::unique_lock lk(mu_);
+      auto busy = [&] {
+        for (auto& s : slots_)
+          if (s->req) return true;
+        return false;
+      };
+      cv_.wait(lk, [&] { return stopping_ || !queue_.empty() || !cancelled_.empty() || busy(); });
+      if (stopping_) {
+        for (auto& a : queue_) dropped.push_back(std::move(a));
+        queue_.clear();
+        for (auto& s : slots_)
+          if (s->req) s->req->cancelled = true;
+        stop_now = !busy();
+      }
+      for (uint64_t id : cancelled_) {
+        auto it = std::find_if(queue_.begin(), queue_.end(), [&](const auto& a) { return a->id == id; });
+        if (it != queue_.end()) {
+          dropped.push_back(std::move(*it));
+          queue_.erase(it);
+        }
+        for (auto& s : slots_)
+          if (s->req && s->req->id == id) s->req->cancelled = true;
+      }
+      cancelled_.clear();
+      if (!stopping_) admit();
+    }
+    for (auto& a : dropped) {
+      a->res.finish = FinishReason::Cancelled;
+      work_.requests_cancelled++;
+      if (a->r.on_done) a->r.on_done(a->res);
+    }
+    for (auto& s : slots_)
+      if (s->req && s->req->cancelled) finish(*s, FinishReason::Cancelled);
+    if (stop_now) {
+      std::lock_guard lk(mu_);
+      publish();
+      return;
+    }
+    prefill_step();
+    decode_step();
+    std::lock_guard lk(mu_);
+    publish();
+  }
+}
+
+void Scheduler::prefill_step() {
+  // The earliest admitted request still prefilling gets one chunk.
+  Slot* pick = nullptr;
+  for (auto& s : slots_)
+    if (s->req && !s->req->decoding && (!pick || s->req->id < pick->req->id)) pick = s.get();
+  if (!pick) return;
+  Active& a = *pick->req;
+  const std::vector<int32_t>& prompt = a.r.prompt_ids;
+  const size_t n = std::min(prompt.size() - a.prefilled, static_cast<size_t>(rt_->config().prefill_chunk));
+  const std::span<const int32_t> chunk(prompt.data() + a.prefilled, n);
+  std::span<const float> logits;
+  try {
+    logits = rt_->prefill_slot(pick->id, chunk);
+  } catch (const Error& e) {
+    finish(*pick, FinishReason::Length, e.what());
+    return;
+  }
+  work_.prefill_chunks++;
+  pick->tokens.insert(pick->tokens.end(), chunk.begin(), chunk.end());
+  a.prefilled += n;
+  if (a.prefilled == prompt.size()) take_token(*pick, logits);
+}
+
+void Scheduler::decode_step() {
+  std::vector<npuw::SlotToken> batch;
+  std::vector<Slot*> rows;
+  for (auto& s : slots_)
+    if (s->req && s->req->decoding) {
+      batch.push_back({s->id, s->req->next});
+      rows.push_back(s.get());
+    }
+  const auto start = Clock::now();
+  if (batch.empty()) {
+    decoding_before_ = false;
+    return;
+  }
+  if (decoding_before_) work_.longest_decode_stall_ms = std::max(work_.longest_decode_stall_ms, ms_between(last_decode_end_, start));
+  std::span<const float> logits;
+  try {
+    logits = rt_->decode_batch(batch);
+  } catch (const Error& e) {
+    for (Slot* s : rows) finish(*s, FinishReason::Length, e.what());
+    decoding_before_ = false;
+    return;
+  }
+  const size_t V = static_cast<size_t>(rt_->n_vocab());
+  for (size_t r = 0; r < rows.size(); ++r) {
+    rows[r]->tokens.push_back(batch[r].id);
+    take_token(*rows[r], logits.subspan(r * V, V));
+  }
+  const auto end = Clock::now();
+  last_decode_end_ = end;
+  decoding_before_ = true;
+  work_.decode_steps++;
+  work_.padded_rows += static_cast<uint64_t>(rt_->stats().last_batch - rt_->stats().last_active);
+  recent_.emplace_back(end, static_cast<int64_t>(batch.size()));
+}
+
+void Scheduler::take_token(Slot& s, std::span<const float> logits) {
+  Active& a = *s.req;
+  const auto now = Clock::now();
+  const int32_t id = a.sampler->sample(logits);
+  if (a.res.ids.empty() && a.first_token == Clock::time_point{}) {
+    a.first_token = now;
+    a.res.ttft_ms = ms_between(a.submitted, now);
+    work_.ttft_ms.add(a.res.ttft_ms);
+  } else {
+    work_.token_latency_ms.add(ms_between(a.last_token, now));
+  }
+  a.last_token = now;
+  a.decoding = false;
+  if (a.stop_ids->contains(id)) {
+    finish(s, id == tok_->eos() && !a.r.gen.ignore_eos ? FinishReason::Eos : FinishReason::StopToken);
+    return;
+  }
+  a.sampler->accept(id);
+  a.res.ids.push_back(id);
+  s.generated = static_cast<int64_t>(a.res.ids.size());
+  work_.generated_tokens++;
+  const StopStep step = a.stop->push(a.decoder->push(id));
+  if (!step.text.empty()) {
+    a.res.text += step.text;
+    if (a.r.on_text && !a.r.on_text(step.text)) a.cancelled = true;
+  }
+  if (step.stopped) return finish(s, FinishReason::StopString);
+  if (a.cancelled) return finish(s, FinishReason::Cancelled);
+  if (static_cast<int64_t>(a.res.ids.size()) >= a.r.gen.max_new_tokens) return finish(s, FinishReason::Length);
+  if (rt_->position(s.id) >= rt_->capacity()) return finish(s, FinishReason::Length);  // the slot is full
+  a.next = id;
+  a.decoding = true;
+}
+
+void Scheduler::finish(Slot& s, FinishReason why, const std::string& error) {
+  Active& a = *s.req;
+  auto emit = [&](const std::string& text) {
+    if (text.empty()) return;
+    a.res.text += text;
+    if (a.r.on_text && !a.cancelled && !a.r.on_text(text)) a.cancelled = true;
+  };
+  if (why != FinishReason::StopString && error.empty()) {
+    emit(a.stop->push(a.decoder->flush()).text);
+    emit(a.stop->flush().text);
+  }
+  a.res.finish = why;
+  a.res.error = error;
+  const double span_ms = ms_between(a.first_token, a.last_token);
+  a.res.decode_tps = a.res.ids.size() > 1 && span_ms > 0 ? static_cast<double>(a.res.ids.size() - 1) * 1000.0 / span_ms : 0.0;
+  s.tps = a.res.decode_tps;
+  s.last_used = Clock::now();
+  if (!error.empty()) {
+    // The slot's rows may be half written: forget them.
+    rt_->reset(s.id);
+    s.tokens.clear();
+    work_.requests_failed++;
+  } else if (why == FinishReason::Cancelled) {
+    work_.requests_cancelled++;
+  } else {
+    work_.requests_done++;
+  }
+  std::unique_ptr<Active> done = std::move(s.req);
+  {
+    // Whoever learns of the end from on_done sees it in status() too.
+    std::lock_guard lk(mu_);
+    publish();
+  }
+  if (done->r.on_done) done->r.on_done(done->res);
+}
+
+void Scheduler::publish() {
+  const auto now = Clock::now();
+  while (!recent_.empty() && ms_between(recent_.front().first, now) > 1000.0) recent_.pop_front();
+  int64_t recent_tokens = 0;
+  for (const auto& r : recent_) recent_tokens += r.second;
+  const double window_ms = recent_.empty() ? 0.0 : std::max(ms_between(recent_.front().first, now), 250.0);
+  SchedulerStatus& st = status_;
+  st = work_;
+  st.decode_tps = window_ms > 0 ? static_cast<double>(recent_tokens) * 1000.0 / window_ms : 0.0;
+  const npuw::RuntimeStats& rs = rt_->stats();
+  st.last_batch = rs.last_batch;
+  st.last_capacity = rs.last_capacity;
+  st.last_active = rs.last_active;
+  st.slots.clear();
+  st.busy_slots = 0;
+  st.kv_rows_in_use = 0;
+  for (auto& s : slots_) {
+    SlotStatus v;
+    v.id = s->id;
+    v.state = !s->req ? "idle" : s->req->decoding ? "decode" : "prefill";
+    v.kv_rows = rt_->position(s->id);
+    v.capacity = rt_->capacity();
+    v.variant = rt_->variant_capacity(std::min(v.kv_rows + 1, v.capacity));
+    v.cached_tokens = s->cached;
+    v.prompt_tokens = s->prompt;
+    v.generated = s->generated;
+    v.tps = s->tps;
+    if (s->req) {
+      st.busy_slots++;
+      st.kv_rows_in_use += v.kv_rows;
+      const double ms = ms_between(s->req->first_token, s->req->last_token);
+      if (s->req->res.ids.size() > 1 && ms > 0) v.tps = static_cast<double>(s->req->res.ids.size() - 1) * 1000.0 / ms;
+    }
+    st.slots.push_back(v);
+  }
+}
+
+}  // namespace npullm::genai

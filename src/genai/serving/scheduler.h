@@ -1,0 +1,183 @@
+// Continuous batching: many requests, one model, the sequence slots of one npuw runtime.
+//
+// A Scheduler owns an LlmRuntime with `parallel` slots and one thread that loops:
+//   1. admit  waiting requests into free slots, in arrival order; a request goes to the free slot
+//             whose kept tokens share the longest prefix with its prompt, keeps those rows and
+//             prefills only the rest ("cached tokens"); a chat client that resends its history
+//             pays for the new turn only;
+//   2. prefill one chunk (the runtime's P tokens) of one admitted prompt, so a long prompt is
+//             spread over several steps and never freezes the streams already decoding;
+//   3. decode  the next token of every decoding slot in one batched step (npuw picks the smallest
+//             batch size and capacity that hold them), then sample each row with its own sampler,
+//             stream its text, apply its stop rules and max_tokens, and retire what finished.
+// Requests join and leave between steps. A slot keeps its tokens after its request ends, so the
+// next request that shares their prefix reuses them.
+//
+// Each row's logits are bit for bit those of the sequence run alone (npuw's batched blobs), so a
+// greedy request returns the same text whatever runs beside it.
+//
+// Threading: submit(), cancel(), status() and the encode helpers may be called from any thread.
+// A request's callbacks run on the scheduler thread; they must be quick (queue the text, return).
+#pragma once
+#include <atomic>
+#include <chrono>
+#include <condition_variable>
+#include <cstdint>
+#include <deque>
+#include <functional>
+#include <memory>
+#include <mutex>
+#include <span>
+#include <string>
+#include <string_view>
+#include <thread>
+#include <vector>
+
+#include <npullm/llm_pipeline.h>
+
+#include "common/error.h"
+
+namespace npullm::npuw {
+class LlmRuntime;
+}
+
+namespace npullm::genai {
+
+class Tokenizer;
+class ChatFormat;
+
+// Thrown by submit() when the waiting queue is full (the caller should retry later).
+class QueueFull : public Error {
+ public:
+  using Error::Error;
+};
+
+struct ServeResult {
+  std::string text;                  // generated text (stop string excluded)
+  std::vector<int32_t> ids;          // generated ids
+  FinishReason finish = FinishReason::Length;
+  int64_t prompt_tokens = 0;         // tokens of the prompt
+  int64_t cached_tokens = 0;         // of those, rows reused from the slot (not prefilled)
+  int64_t slot = -1;
+  double queue_ms = 0;               // submit to admission
+  double ttft_ms = 0;                // submit to first token
+  double decode_tps = 0;             // generated tokens / time from first to last
+  std::string error;                 // non-empty: the request failed (runtime error)
+};
+
+struct ServeRequest {
+  std::vector<int32_t> prompt_ids;   // from encode_chat() / encode_prompt()
+  GenerationConfig gen;
+  // Receives UTF-8-complete text pieces; returning false cancels the request (client gone).
+  std::function<bool(std::string_view)> on_text;
+  // Called once, last, with the outcome.
+  std::function<void(const ServeResult&)> on_done;
+};
+
+// Cumulative histogram over fixed upper bounds (milliseconds), as Prometheus exposes them.
+struct Histogram {
+  std::vector<double> bounds;        // ascending; +Inf is implied
+  std::vector<uint64_t> counts;      // per bound (not cumulative), plus one for +Inf
+  double sum = 0;
+  uint64_t count = 0;
+  explicit Histogram(std::vector<double> b = {}) : bounds(std::move(b)), counts(bounds.size() + 1, 0) {}
+  void add(double v);
+};
+
+struct SlotStatus {
+  int64_t id = 0;
+  const char* state = "idle";        // idle, prefill, decode
+  int64_t kv_rows = 0;               // K/V rows the slot holds (in use or kept for reuse)
+  int64_t capacity = 0;              // rows a slot can hold (C_max)
+  int64_t variant = 0;               // capacity of the generate variant that holds kv_rows + 1
+  int64_t cached_tokens = 0;         // of the current / last request
+  int64_t prompt_tokens = 0;
+  int64_t generated = 0;
+  double tps = 0;                    // decode tokens/s of the current / last request
+};
+
+struct SchedulerStatus {
+  std::vector<SlotStatus> slots;
+  int64_t queue = 0;                 // requests waiting for a slot
+  int64_t busy_slots = 0;
+  int64_t kv_rows_in_use = 0;        // rows of busy slots
+  int64_t last_batch = 0, last_capacity = 0, last_active = 0;  // the last decode step's blob
+  double decode_tps = 0;             // aggregate decode tokens/s over the last ~second
+  // Totals since start.
+  uint64_t requests_done = 0, requests_cancelled = 0, requests_failed = 0;
+  uint64_t prompt_tokens = 0, cached_tokens = 0, generated_tokens = 0;
+  uint64_t decode_steps = 0, padded_rows = 0, prefill_chunks = 0;
+  double longest_decode_stall_ms = 0;  // longest gap between decode steps while sequences were decoding
+  Histogram ttft_ms, token_latency_ms;
+};
+
+struct SchedulerConfig {
+  int64_t parallel = 4;              // sequence slots
+  int64_t max_queue = 64;            // waiting requests beyond which submit() throws QueueFull
+};
+
+class Scheduler {
+ public:
+  Scheduler(const std::string& model_path, const PipelineConfig& cfg, const SchedulerConfig& sc);
+  ~Scheduler();  // shutdown()
+  Scheduler(const Scheduler&) = delete;
+  Scheduler& operator=(const Scheduler&) = delete;
+
+  // Chat messages through the chat template (PipelineConfig::chat_template or the model's) with
+  // the generation prompt, tokenized as LLMPipeline does; a prompt continued as it is (BOS added
+  // when the model wants it). Throw npullm::Error (e.g. a template that refuses the messages).
+  std::vector<int32_t> encode_chat(const std::vector<ChatMessage>& messages) const;
+  std::vector<int32_t> encode_prompt(const std::string& text) const;
+
+  // Queues a request and returns its id. Throws QueueFull when max_queue requests are waiting,
+  // npullm::Error when the prompt is empty or cannot fit in a slot (with room for one token).
+  uint64_t submit(ServeRequest r);
+  // Ends a request (finish Cancelled) before the next step; its slot is free within a step.
+  void cancel(uint64_t id);
+  SchedulerStatus status() const;
+  // Cancels everything queued or running, waits for their on_done, stops the thread.
+  void shutdown();
+
+  const std::string& model_name() const { return model_name_; }
+  int64_t slot_capacity() const;                    // K/V rows per slot
+  const npuw::LlmRuntime& runtime() const { return *rt_; }
+  std::string description() const;
+
+ private:
+  struct Active;
+  struct Slot;
+  using Clock = std::chrono::steady_clock;
+  void loop();
+  bool admit();                      // under mu_; true if something was admitted
+  void prefill_step();
+  void decode_step();
+  // Samples the next token of a slot from `logits`; retires the request when it is finished.
+  void take_token(Slot& s, std::span<const float> logits);
+  void finish(Slot& s, FinishReason why, const std::string& error = "");
+  void publish();                    // refreshes status_ from the slots (under mu_)
+
+  PipelineConfig cfg_;
+  SchedulerConfig sc_;
+  std::unique_ptr<npuw::LlmRuntime> rt_;
+  std::unique_ptr<Tokenizer> tok_;
+  std::unique_ptr<ChatFormat> format_;  // null when no template is available
+  std::string format_error_;            // why there is none
+  std::string model_name_;
+
+  std::vector<std::unique_ptr<Slot>> slots_;
+  mutable std::mutex mu_;
+  std::condition_variable cv_;
+  std::deque<std::unique_ptr<Active>> queue_;
+  std::vector<uint64_t> cancelled_;     // ids to cancel at the next step
+  uint64_t next_id_ = 1;
+  bool stopping_ = false;
+  SchedulerStatus status_;              // what status() returns, refreshed after every step (under mu_)
+  SchedulerStatus work_;                // totals, kept by the scheduler thread alone
+  std::deque<std::pair<Clock::time_point, int64_t>> recent_;  // (decode step end, tokens) for decode_tps
+  Clock::time_point last_decode_end_{};
+  bool decoding_before_ = false;
+  size_t prefill_turn_ = 0;             // round robin over prefilling slots
+  std::thread thread_;
+};
+
+}  // namespace npullm::genai

@@ -1,0 +1,187 @@
+// The serving scheduler (continuous batching over npuw's sequence slots), on stories260K:
+// every request's text equals LLMPipeline's for the same prompt and settings (greedy and seeded
+// sampling), whatever runs beside it and whenever it arrives; a prompt sharing a prefix with what
+// a free slot holds reuses those rows; cancellation frees the slot; a full queue is refused.
+#include <gtest/gtest.h>
+
+#include <chrono>
+#include <future>
+#include <npullm/llm_pipeline.h>
+#include <thread>
+
+#include "genai/serving/scheduler.h"
+#include "npuw/llm_runtime.h"
+#include "test_util.h"
+
+namespace npullm {
+namespace {
+
+const char* kModel = "models/llama2c/stories260K.gguf";
+
+PipelineConfig pipeline_config() {
+  PipelineConfig c;
+  c.use_cache = false;
+  c.variants = {64, 128, 256};
+  c.prefill_chunk = 16;
+  c.threads = 2;
+  return c;
+}
+
+struct Outcome {
+  genai::ServeResult result;
+  std::string streamed;
+};
+
+// Submits and returns a future of the outcome; the text streamed is collected too.
+std::future<Outcome> start(genai::Scheduler& s, std::vector<int32_t> ids, GenerationConfig g) {
+  auto out = std::make_shared<Outcome>();
+  auto done = std::make_shared<std::promise<Outcome>>();
+  genai::ServeRequest r;
+  r.prompt_ids = std::move(ids);
+  r.gen = std::move(g);
+  r.on_text = [out](std::string_view piece) {
+    out->streamed += piece;
+    return true;
+  };
+  r.on_done = [out, done](const genai::ServeResult& res) {
+    out->result = res;
+    done->set_value(*out);
+  };
+  s.submit(std::move(r));
+  return done->get_future();
+}
+
+GenerationConfig greedy(int64_t n) {
+  GenerationConfig g;
+  g.max_new_tokens = n;
+  return g;
+}
+
+TEST(Scheduler, EveryRequestGetsThePipelinesTextWhateverRunsBesideIt) {
+  NPULLM_REQUIRE_SHARED(kModel);
+  const std::string path = test::shared_path(kModel);
+  LLMPipeline pipe(path, pipeline_config());
+  const std::vector<std::string> prompts = {
+      "Once upon a time", "The little dog", "Lily and Tom went to the park. They saw a big tree and a small bird. The bird",
+      "One day", "Tim had a red ball. He liked to play with it every day in the garden with his friend Sam, who",
+      "She was happy"};
+  std::vector<GenerationConfig> gens;
+  for (size_t i = 0; i < prompts.size(); ++i) {
+    GenerationConfig g = greedy(40 + 17 * static_cast<int64_t>(i % 3));
+    if (i % 2 == 1) {  // seeded sampling: the same draws as the pipeline's
+      g.temperature = 0.8f;
+      g.top_p = 0.9f;
+      g.seed = 100 + i;
+    }
+    if (i == 3) g.stop_strings = {"."};
+    gens.push_back(g);
+  }
+  std::vector<GenerationResult> want;
+  for (size_t i = 0; i < prompts.size(); ++i) want.push_back(pipe.generate(prompts[i], gens[i]));
+
+  genai::SchedulerConfig sc;
+  sc.parallel = 4;
+  genai::Scheduler sched(path, pipeline_config(), sc);
+  std::vector<std::future<Outcome>> got;
+  for (size_t i = 0; i < prompts.size(); ++i) {
+    got.push_back(start(sched, sched.encode_prompt(prompts[i]), gens[i]));
+    std::this_thread::sleep_for(std::chrono::milliseconds(i % 2 ? 0 : 3));  // arrivals while others decode
+  }
+  for (size_t i = 0; i < prompts.size(); ++i) {
+    SCOPED_TRACE(prompts[i]);
+    const Outcome o = got[i].get();
+    EXPECT_EQ(o.result.error, "");
+    EXPECT_EQ(o.result.text, want[i].text);
+    EXPECT_EQ(o.streamed, want[i].text);
+    EXPECT_EQ(o.result.ids, want[i].ids);
+    EXPECT_EQ(o.result.finish, want[i].finish);
+    EXPECT_EQ(o.result.prompt_tokens, static_cast<int64_t>(want[i].prompt_ids.size()));
+  }
+  const genai::SchedulerStatus st = sched.status();
+  EXPECT_EQ(st.requests_done, prompts.size());
+  EXPECT_EQ(st.busy_slots, 0);
+  EXPECT_GT(sched.runtime().stats().batched_steps, 0);
+  EXPECT_EQ(sched.runtime().stats().kv_bytes_copied, 0);
+  EXPECT_EQ(st.ttft_ms.count, prompts.size());
+}
+
+TEST(Scheduler, APromptSharingAPrefixWithAFreeSlotPrefillsOnlyTheRest) {
+  NPULLM_REQUIRE_SHARED(kModel);
+  const std::string path = test::shared_path(kModel);
+  genai::SchedulerConfig sc;
+  sc.parallel = 2;
+  genai::Scheduler sched(path, pipeline_config(), sc);
+  const std::vector<int32_t> first = sched.encode_prompt("Once upon a time there was a little girl");
+  const Outcome a = start(sched, first, greedy(20)).get();
+  EXPECT_EQ(a.result.cached_tokens, 0);
+  // A second turn: the first prompt, its reply and more text.
+  std::vector<int32_t> second = first;
+  second.insert(second.end(), a.result.ids.begin(), a.result.ids.end());
+  const std::vector<int32_t> more = sched.encode_prompt("The end. One day");
+  second.insert(second.end(), more.begin() + 1, more.end());  // without BOS
+  const Outcome b = start(sched, second, greedy(20)).get();
+  // Every row the first request ran is reused: its prompt and its reply but the last token
+  // (sampled, never run).
+  EXPECT_EQ(b.result.cached_tokens, static_cast<int64_t>(first.size() + a.result.ids.size() - 1));
+  EXPECT_EQ(b.result.prompt_tokens, static_cast<int64_t>(second.size()));
+  LLMPipeline pipe(path, pipeline_config());
+  EXPECT_EQ(b.result.text, pipe.generate_ids(second, greedy(20)).text);
+  EXPECT_EQ(sched.status().cached_tokens, static_cast<uint64_t>(b.result.cached_tokens));
+}
+
+TEST(Scheduler, CancellationFreesTheSlotAndAFullQueueIsRefused) {
+  NPULLM_REQUIRE_SHARED(kModel);
+  const std::string path = test::shared_path(kModel);
+  genai::SchedulerConfig sc;
+  sc.parallel = 1;
+  sc.max_queue = 1;
+  genai::Scheduler sched(path, pipeline_config(), sc);
+  GenerationConfig g = greedy(200);
+  g.ignore_eos = true;
+
+  // A client that goes away after three pieces.
+  std::promise<genai::ServeResult> done;
+  int pieces = 0;
+  genai::ServeRequest r;
+  r.prompt_ids = sched.encode_prompt("Once upon a time");
+  r.gen = g;
+  r.on_text = [&](std::string_view) { return ++pieces < 3; };
+  r.on_done = [&](const genai::ServeResult& res) { done.set_value(res); };
+  sched.submit(std::move(r));
+  const genai::ServeResult res = done.get_future().get();
+  EXPECT_EQ(res.finish, FinishReason::Cancelled);
+  EXPECT_EQ(pieces, 3);
+  EXPECT_LE(res.ids.size(), 4u);  // within a step of the refusal
+
+  // One slot busy with a long request, one waiting: a third is refused.
+  int refused = 0;
+  std::vector<std::future<Outcome>> running;
+  std::vector<uint64_t> ids;
+  for (int i = 0; i < 3; ++i) {
+    try {
+      running.push_back(start(sched, sched.encode_prompt("Once upon a time"), g));
+    } catch (const genai::QueueFull&) {
+      ++refused;
+    }
+  }
+  EXPECT_GE(refused, 1);
+  // Cancel by id: everything ends, and the slot is free.
+  for (uint64_t id = 1; id < 10; ++id) sched.cancel(id);
+  for (auto& f : running) EXPECT_EQ(f.get().result.finish, FinishReason::Cancelled);
+  for (int i = 0; i < 100 && sched.status().busy_slots; ++i) std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  EXPECT_EQ(sched.status().busy_slots, 0);
+
+  // Bad requests are refused before queueing.
+  genai::ServeRequest empty;
+  EXPECT_THROW(sched.submit(empty), Error);
+  genai::ServeRequest huge;
+  huge.prompt_ids.assign(300, 1);
+  EXPECT_THROW(sched.submit(huge), Error);
+  genai::ServeRequest bad_p;
+  bad_p.prompt_ids = {1};
+  bad_p.gen.top_p = 2.0f;
+  EXPECT_THROW(sched.submit(bad_p), Error);
+}
+
+}  // namespace
+}  // namespace npullm
