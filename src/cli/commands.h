@@ -22,6 +22,7 @@ void add_tokenize(CLI::App& app, Actions& actions);
 void add_bench(CLI::App& app, Actions& actions);
 void add_synth(CLI::App& app, Actions& actions);
 void add_chat_template(CLI::App& app, Actions& actions);
+void add_serve(CLI::App& app, Actions& actions);
 
 // Options shared by every command that builds a runtime (chunk, variants, threads, cache).
 struct RuntimeOptions {

@@ -21,7 +21,7 @@ const ARGS = ['--headless', '--no-sandbox', '--disable-gpu', '--disable-quic', '
   '--disable-background-networking', '--disable-component-update', '--disable-sync'];
 
 const consoleErrors = [];
-const foreign = [];
+const foreign = new Set();
 let context;
 let profile;
 
@@ -90,13 +90,13 @@ main(async () => {
   context = await chromium.launchPersistentContext(profile, {
     executablePath: CHROMIUM, headless: true, args: ARGS, viewport: { width: 1280, height: 860 },
   });
-  await context.route((u) => !isLocal(u.href), (route) => { foreign.push(route.request().url()); route.abort(); });
+  await context.route((u) => !isLocal(u.href), (route) => { foreign.add(route.request().url()); route.abort(); });
   if (process.env.NPULLM_API_KEY)
     await context.addInitScript((key) => localStorage.setItem('npullm.apiKey', key), process.env.NPULLM_API_KEY);
   const page = context.pages()[0] ?? await context.newPage();
   page.on('console', (m) => { if (m.type() === 'error') consoleErrors.push(`${m.text()} @ ${m.location().url}`); });
   page.on('pageerror', (e) => consoleErrors.push(`uncaught: ${e.message}`));
-  page.on('request', (r) => { if (!isLocal(r.url())) foreign.push(r.url()); });
+  page.on('request', (r) => { if (!isLocal(r.url())) foreign.add(r.url()); });
 
   const res = await page.goto(`${URL_}/`);
   assert.equal(res.status(), 200, 'GET / status');
@@ -163,7 +163,7 @@ main(async () => {
   assert.equal((await snapshot(page)).replies, 0, 'New chat clears the messages');
 
   await sleep(600);   // one more /slots poll, so errors it might log are caught
-  assert.deepEqual(foreign, [], `the page requested non-127.0.0.1 URLs: ${foreign.join(', ')}`);
+  assert.deepEqual([...foreign], [], `the page requested non-127.0.0.1 URLs: ${[...foreign].join(', ')}`);
   assert.deepEqual(consoleErrors, [], `console errors:\n  ${consoleErrors.join('\n  ')}`);
   await context.close();
   fs.rmSync(profile, { recursive: true, force: true });
