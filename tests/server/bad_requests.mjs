@@ -31,7 +31,7 @@ const CASES = [
   ['temperature negative', 'POST', CHAT, chat({ temperature: -0.5 }), 400],
   ['temperature > 2', 'POST', CHAT, chat({ temperature: 2.5 }), 400],
   ['top_p > 1', 'POST', CHAT, chat({ top_p: 1.5 }), 400],
-  ['top_p = 0', 'POST', CHAT, chat({ top_p: 0 }), 400],
+  ['top_p < 0', 'POST', CHAT, chat({ top_p: -0.1 }), 400],
   ['max_tokens negative', 'POST', CHAT, chat({ max_tokens: -5 }), 400],
   ['max_tokens zero', 'POST', CHAT, chat({ max_tokens: 0 }), 400],
   ['max_tokens absurd', 'POST', CHAT, chat({ max_tokens: 1e12 }), 400],
