@@ -4,7 +4,7 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 scripts/setup.sh
-scripts/build.sh
+scripts/build.sh npullm   # the tool alone: the tests and benchmarks are not built for the demo
 model=../shared/models/llama2c/stories260K.gguf
 if [ ! -f "$model" ]; then
   model=build/demo-synth.gguf

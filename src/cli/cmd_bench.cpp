@@ -21,6 +21,7 @@ namespace {
 struct BenchOptions {
   std::string model;
   int64_t n_prompt = 512, n_gen = 128, repetitions = 3, ttft_prompt = 32;
+  int64_t parallel = 0, parallel_prompt = 32;  // --parallel N: N sequences decoding together
   bool json = false;
   RuntimeOptions rt;
 };
@@ -65,8 +66,9 @@ int run(BenchOptions& o) {
   if (cfg.variants.empty()) {
     // Room for the prompt and the generated tokens, in the default power-of-two steps.
     cfg.max_prompt_len = std::max(o.n_prompt, o.ttft_prompt);
-    cfg.min_response_len = o.n_gen + 1;
+    cfg.min_response_len = o.n_gen + 1 + (o.parallel > 0 ? o.parallel_prompt : 0);
   }
+  if (o.parallel > 0) cfg.parallel = o.parallel;
   npuw::LlmRuntime rt(o.model, cfg);
   const int64_t V = rt.n_vocab();
   std::mt19937 rng(1234);
@@ -115,6 +117,33 @@ int run(BenchOptions& o) {
       ttft.push_back(seconds(t0, Clock::now()) * 1000.0);
     }
   }
+  // Parallel decode: every slot gets its own random prompt, then n_gen steps decode all of them
+  // together (one batched blob run per step), as llama-batched-bench's S_TG measures.
+  std::vector<double> tg_par;
+  if (o.parallel > 0 && o.n_gen > 0) {
+    const int64_t n = o.parallel;
+    if (o.parallel_prompt + o.n_gen + 1 > rt.capacity())
+      fail("the K/V capacity {} is too small for --parallel-prompt {} + -n {}", rt.capacity(), o.parallel_prompt, o.n_gen);
+    for (int64_t r = 0; r < o.repetitions + 1; ++r) {  // the first run is a warm-up
+      std::vector<npuw::SlotToken> batch(static_cast<size_t>(n));
+      for (int64_t k = 0; k < n; ++k) {
+        rt.reset(k);
+        auto logits = rt.prefill_slot(k, random_ids(std::max<int64_t>(o.parallel_prompt, 1)));
+        batch[static_cast<size_t>(k)] = {k, static_cast<int32_t>(std::max_element(logits.begin(), logits.end()) - logits.begin())};
+      }
+      const auto t0 = Clock::now();
+      for (int64_t i = 0; i < o.n_gen; ++i) {
+        auto logits = rt.decode_batch(batch);
+        for (int64_t k = 0; k < n; ++k) {
+          auto row = logits.subspan(static_cast<size_t>(k * V), static_cast<size_t>(V));
+          batch[static_cast<size_t>(k)].id = static_cast<int32_t>(std::max_element(row.begin(), row.end()) - row.begin());
+        }
+      }
+      if (r > 0) tg_par.push_back(static_cast<double>(n * o.n_gen) / seconds(t0, Clock::now()));
+    }
+  }
+  const MeanSd par = tg_par.empty() ? MeanSd{} : mean_sd(tg_par);
+
   const npuw::RuntimeStats& s1 = rt.stats();
   const double decoded = static_cast<double>(s1.decode_tokens - s0.decode_tokens);
   const double computed = static_cast<double>((s1.prefill_tokens - s0.prefill_tokens) + (s1.padded_positions - s0.padded_positions));
@@ -146,12 +175,23 @@ int run(BenchOptions& o) {
                         {"variants", rt.variants()},
                         {"kv_type", kv_type_option(cfg.kv_type)},
                         {"device", rt.device_name()}};
+    if (!tg_par.empty())
+      j["parallel"] = {{"n", o.parallel},
+                       {"prompt", o.parallel_prompt},
+                       {"tg_tps_total", par.mean},
+                       {"tg_tps_total_sd", par.sd},
+                       {"tg_tps_per_seq", par.mean / static_cast<double>(o.parallel)},
+                       {"speedup_vs_batch1", tgs.mean > 0 ? par.mean / tgs.mean : 0.0},
+                       {"batch_sizes", rt.batch_sizes()}};
     fmt::print("{}\n", j.dump());
   } else {
     fmt::print("model {} | {} | chunk {} | variants {}\n", o.model, rt.device_name(), cfg.prefill_chunk, rt.variants().size());
     fmt::print("| test   |          t/s |\n|--------|--------------|\n");
     if (!pp.empty()) fmt::print("| pp{:<4} | {:>7.2f} ± {:<4.2f} |\n", o.n_prompt, pps.mean, pps.sd);
     if (!tg.empty()) fmt::print("| tg{:<4} | {:>7.2f} ± {:<4.2f} |\n", o.n_gen, tgs.mean, tgs.sd);
+    if (!tg_par.empty())
+      fmt::print("| tg{:<4} x {} sequences | {:>7.2f} ± {:<4.2f} total, {:.2f} per sequence, {:.2f}x batch-1 tg |\n", o.n_gen, o.parallel,
+                 par.mean, par.sd, par.mean / static_cast<double>(o.parallel), tgs.mean > 0 ? par.mean / tgs.mean : 0.0);
     if (!ttft.empty()) fmt::print("time to first token ({} tokens): {:.1f} ms (median)\n", o.ttft_prompt, ttft_ms);
     fmt::print("peak RSS {:.1f} MiB; K/V bytes copied per generated token {:.0f}; padded fraction {:.3f}\n", peak_rss / 1048576.0,
                kv_copied_per_token, padded_fraction);
@@ -171,6 +211,9 @@ void add_bench(CLI::App& app, Actions& actions) {
   cmd->add_option("-n,--n-gen", o->n_gen, "generated tokens for the tg test (0 = skip)")->capture_default_str();
   cmd->add_option("-r,--repetitions", o->repetitions, "repetitions of each test")->capture_default_str()->check(CLI::PositiveNumber);
   cmd->add_option("--ttft-prompt", o->ttft_prompt, "prompt tokens for the time-to-first-token test (0 = skip)")->capture_default_str();
+  cmd->add_option("--parallel", o->parallel, "also decode N sequences together (batched blobs) and report aggregate and per-sequence tg")
+      ->check(CLI::Range(1, 256));
+  cmd->add_option("--parallel-prompt", o->parallel_prompt, "prompt tokens of each sequence before the parallel tg test")->capture_default_str();
   cmd->add_flag("--json", o->json, "print one JSON object");
   o->rt.add_to(cmd);
   actions.push_back([cmd, o]() -> int { return cmd->parsed() ? run(*o) : -1; });
