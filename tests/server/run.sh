@@ -94,7 +94,7 @@ start_server() {
   PORT="$(free_port)"
   URL="http://127.0.0.1:$PORT"
   SERVER_LOG="$TMP/$name.log"
-  "$BIN" serve -m "$MODEL" --chat-template chatml --parallel 8 --host 127.0.0.1 --port "$PORT" \
+  "$BIN" serve -m "$MODEL" --chat-template chatml --parallel "${PARALLEL:-8}" --host 127.0.0.1 --port "$PORT" \
     --cache-dir "$CACHE" "${RUNTIME_FLAGS[@]}" "$@" >"$SERVER_LOG" 2>&1 &
   SERVER_PID=$!
   local deadline=$((SECONDS + 60))
@@ -163,6 +163,14 @@ if [[ " ${SCRIPTS[*]} " == *" bad_requests "* ]]; then
   start_server auth --api-key secret
   run_script bad_requests NPULLM_API_KEY=secret
   stop_server || FAILED+=("clean shutdown (auth server)")
+fi
+
+# A server with 2 slots and room for 4 waiting requests: of 64 clients, many must get a deliberate
+# 503 (with Retry-After and an error body), the rest complete, and nothing else happens.
+if [[ " ${SCRIPTS[*]} " == *" concurrency "* ]]; then
+  PARALLEL=2 start_server overload --max-queue 4
+  run_script concurrency NPULLM_EXPECT_503=1
+  stop_server || FAILED+=("clean shutdown (overload server)")
 fi
 
 echo
