@@ -92,6 +92,12 @@ constexpr bool int8_supported(GgmlType t) { return act_format(t) != ActFormat::N
 constexpr int64_t kChunkRows = 64;
 // M up to this runs the decode (GEMV) loop; larger M the blocked prefill loop.
 constexpr int64_t kGemvMaxM = 4;
+// With 16-row panels (AVX-512: 32 vector registers) chunks of up to 8 rows take the decode path
+// too: a batched decode step of up to 8 sequences then reads each panel once for all of them,
+// the decoded block in registers with 8 float accumulators beside it, instead of decoding panels
+// through memory for the prefill tiles (measured on the TinyLlama-shape Q4_0 file, 8 sequences:
+// 4.2x -> 4.6x the batch-1 decode rate). Same bits either way; x may come pre-quantised (M > 4).
+constexpr int64_t kGemvMaxMWide = 8;
 // Panels decoded side by side for prefill.
 constexpr int kPanels = 2;
 constexpr int64_t align64(int64_t b) { return (b + 63) / 64 * 64; }
@@ -1141,6 +1147,15 @@ void int8_matmul_typed(const float* x, int64_t M, int64_t K, const uint8_t* W, s
       case 3: gemv_range<IO, PN, T, 3>(W, row_bytes, nu, xq, m0, bias, res, out, N, n0, n1); continue;
       case 4: gemv_range<IO, PN, T, 4>(W, row_bytes, nu, xq, m0, bias, res, out, N, n0, n1); continue;
       default: break;
+    }
+    if constexpr (IO::R >= 16 && kGemvMaxMWide == 8) {
+      switch (mc) {
+        case 5: gemv_range<IO, PN, T, 5>(W, row_bytes, nu, xq, m0, bias, res, out, N, n0, n1); continue;
+        case 6: gemv_range<IO, PN, T, 6>(W, row_bytes, nu, xq, m0, bias, res, out, N, n0, n1); continue;
+        case 7: gemv_range<IO, PN, T, 7>(W, row_bytes, nu, xq, m0, bias, res, out, N, n0, n1); continue;
+        case 8: gemv_range<IO, PN, T, 8>(W, row_bytes, nu, xq, m0, bias, res, out, N, n0, n1); continue;
+        default: break;
+      }
     }
     int64_t n = n0;
     for (; n + kPanels * IO::R <= n1; n += kPanels * IO::R)
