@@ -16,13 +16,15 @@
 //             stack does, but automatically;
 //   Shift     keep the first n_keep tokens, drop the oldest block after them and move the rest
 //             down, re-rotating the moved keys: no re-prefill.
-// A single prompt longer than the capacity is cut (with a warning) rather than refused.
+// A single prompt longer than the capacity is cut (with a warning) rather than refused, unless
+// PipelineConfig::cut_long_prompts is false: then generate() throws ContextLengthError.
 //
 // Threading: one LLMPipeline serves one conversation; calls must not overlap.
 #pragma once
 #include <cstdint>
 #include <functional>
 #include <memory>
+#include <stdexcept>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -51,6 +53,15 @@ struct PipelineConfig {
   int64_t n_keep = -1;                      // Shift: tokens kept at the start; -1 = BOS + system prompt
   std::string chat_template;                // name of a built-in template, a file, or Jinja source;
                                             //   empty = the model's own
+  bool cut_long_prompts = true;             // a prompt that does not fit beside the reply's reserve
+                                            //   (after the context policy) is cut; false: refused
+};
+
+// Thrown by generate() when cut_long_prompts is false and the prompt cannot fit. In a chat the user
+// message is not added to the history (the context policy may already have shifted or re-prefilled).
+class ContextLengthError : public std::runtime_error {
+ public:
+  using std::runtime_error::runtime_error;
 };
 
 struct GenerationConfig {
@@ -134,6 +145,13 @@ class LLMPipeline {
   std::string detokenize(const std::vector<int32_t>& ids) const;
   int64_t capacity() const;                 // largest K/V capacity (rows)
   int64_t kv_position() const;              // rows in use
+  int64_t n_vocab() const;
+  int32_t bos_id() const;                   // -1 when the vocabulary has none
+  int32_t eos_id() const;                   // -1 when the vocabulary has none
+  std::vector<int64_t> variants() const;    // the generate variants' K/V capacities, ascending
+  int64_t last_variant() const;             // capacity of the variant the last decode step ran in (0: none yet)
+  // The chat template (PipelineConfig::chat_template, else the model's) rendered over `messages`.
+  std::string apply_chat_template(const std::vector<ChatMessage>& messages, bool add_generation_prompt = true) const;
   std::string description() const;         // model, architecture, device, threads
 
  private:

@@ -140,6 +140,9 @@ struct LLMPipeline::Impl {
     // Whatever is still too long is cut, keeping its start (BOS, system prompt) and its end.
     const int64_t free_rows = room - static_cast<int64_t>(kv_ids.size()) - reserve(g);
     if (static_cast<int64_t>(incoming.size()) > free_rows) {
+      if (!cfg.cut_long_prompts)
+        throw ContextLengthError(fmt::format("the prompt has {} tokens but only {} of the {} K/V rows are free for it ({} kept for the reply)",
+                                             incoming.size(), std::max<int64_t>(free_rows, 0), room, reserve(g)));
       const int64_t keep = kv_ids.empty() ? keep_for(incoming) : 0;
       warn(fmt::format("the prompt has {} tokens but only {} fit; keeping the first {} and the last {}", incoming.size(),
                        free_rows, keep, free_rows - keep));
@@ -322,7 +325,13 @@ struct LLMPipeline::Impl {
       n_keep = system_tokens();
     }
     history_dirty = false;
-    GenerationResult r = run(std::move(incoming), g, streamer);
+    GenerationResult r;
+    try {
+      r = run(std::move(incoming), g, streamer);
+    } catch (const ContextLengthError&) {
+      messages.pop_back();  // the turn did not happen; the state was only shifted or re-prefilled
+      throw;
+    }
     r.metrics.reprefills += extra_reprefill;
     messages.push_back({"assistant", r.text});
     return r;
@@ -397,6 +406,16 @@ std::vector<int32_t> LLMPipeline::tokenize(const std::string& text, bool add_bos
 std::string LLMPipeline::detokenize(const std::vector<int32_t>& ids) const { return impl_->tok->decode(ids); }
 int64_t LLMPipeline::capacity() const { return impl_->cap(); }
 int64_t LLMPipeline::kv_position() const { return impl_->rt->position(); }
+int64_t LLMPipeline::n_vocab() const { return impl_->tok->n_vocab(); }
+int32_t LLMPipeline::bos_id() const { return impl_->tok->bos(); }
+int32_t LLMPipeline::eos_id() const { return impl_->tok->eos(); }
+std::vector<int64_t> LLMPipeline::variants() const { return impl_->rt->variants(); }
+int64_t LLMPipeline::last_variant() const { return impl_->rt->stats().last_capacity; }
+
+std::string LLMPipeline::apply_chat_template(const std::vector<ChatMessage>& messages, bool add_generation_prompt) const {
+  if (!impl_->format) impl_->format = std::make_unique<genai::ChatFormat>(impl_->cfg.chat_template, *impl_->tok);
+  return impl_->format->render(messages, add_generation_prompt);
+}
 
 std::string LLMPipeline::description() const {
   const auto& hp = impl_->rt->hparams();
