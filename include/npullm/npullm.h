@@ -25,7 +25,8 @@
  *   - Every function that can fail returns an npullm_status; NPULLM_OK is 0. On failure,
  *     npullm_last_error() holds a message saying what and where (per thread, until the next failing
  *     call on that thread). No C++ exception crosses this API and nothing aborts the process.
- *   - Handles are opaque. Output pointers are written only on success.
+ *   - Handles are opaque. Output pointers are written only on success, except an npullm_result,
+ *     which is zeroed first (so npullm_result_free is always safe on it).
  *   - Strings are UTF-8. Memory the library returns (text, id arrays, message lists) is released
  *     with the npullm_*_free function named beside it, or npullm_free for plain arrays and text.
  *   - Threads: a model may be used from several threads (tokenize, templates, info); one session must
