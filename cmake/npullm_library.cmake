@@ -1,7 +1,7 @@
 # libnpullm.so and everything `cmake --install` puts in place: the shared library (SONAME
 # libnpullm.so.<ABI>), the static library (libnpullm.a, the same objects as npullm_core), the C and
 # C++ headers, the npullm tool, a CMake package (find_package(npullm) -> npullm::npullm, and
-# npullm::npullm_static), and a pkg-config file. Included by the top CMakeLists.
+# npullm::npullm_static), a pkg-config file and the Python module. Included by the top CMakeLists.
 include(GNUInstallDirs)
 include(CMakePackageConfigHelpers)
 
@@ -50,3 +50,8 @@ install(FILES ${PROJECT_BINARY_DIR}/npullmConfig.cmake ${PROJECT_BINARY_DIR}/npu
 file(RELATIVE_PATH NPULLM_PC_TO_PREFIX /${CMAKE_INSTALL_LIBDIR}/pkgconfig /)
 configure_file(${PROJECT_SOURCE_DIR}/cmake/npullm.pc.in ${PROJECT_BINARY_DIR}/npullm.pc @ONLY)
 install(FILES ${PROJECT_BINARY_DIR}/npullm.pc DESTINATION ${CMAKE_INSTALL_LIBDIR}/pkgconfig)
+
+# Python: a pure-Python package over the C API (ctypes); it finds libnpullm.so from its own place.
+set(NPULLM_PYTHON_DIR ${CMAKE_INSTALL_LIBDIR}/python3/dist-packages CACHE STRING "where the npullm Python package is installed")
+install(DIRECTORY ${PROJECT_SOURCE_DIR}/python/npullm DESTINATION ${NPULLM_PYTHON_DIR}
+  PATTERN "__pycache__" EXCLUDE)

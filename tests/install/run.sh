@@ -1,9 +1,10 @@
 #!/usr/bin/env bash
 # The installed tree (ctest's InstallTree): `cmake --install BUILD --prefix TMP`, its layout (SONAME,
-# static library, headers, CMake package, pkg-config file), exported symbols = the C
+# static library, headers, CMake package, pkg-config file, Python module), exported symbols = the C
 # header's functions + the C++ API, then the C example and the C++ example built out of the source
 # tree against the installed package (CMake, and the C one also with pkg-config and statically);
-# each run on stories260K: the C example's greedy text must equal `npullm run --temp 0`'s.
+# each run on stories260K: the C example's and the installed Python module's greedy text must equal
+# `npullm run --temp 0`'s.
 #
 #   tests/install/run.sh BUILD_DIR
 # Exit 77 (a skip) when ../shared's model is missing, unless NPULLM_REQUIRE_DATA=1.
@@ -24,7 +25,7 @@ for f in include/npullm/npullm.h include/npullm/llm_pipeline.h bin/npullm; do
   [ -e "$prefix/$f" ] || fail "$f is not installed"
 done
 for f in libnpullm.so libnpullm.a cmake/npullm/npullmConfig.cmake cmake/npullm/npullmConfigVersion.cmake \
-         cmake/npullm/npullmTargets.cmake pkgconfig/npullm.pc; do
+         cmake/npullm/npullmTargets.cmake pkgconfig/npullm.pc python3/dist-packages/npullm/__init__.py; do
   [ -e "$libdir/$f" ] || fail "$libdir/$f is not installed"
 done
 readelf -d "$libdir/libnpullm.so" | grep -q 'Library soname: \[libnpullm.so.1\]' || fail "libnpullm.so has no SONAME libnpullm.so.1"
@@ -77,4 +78,18 @@ echo "C example (3 builds) = npullm run --temp 0: $want"
 grep -q "prefilled" "$tmp/cpp.out" || fail "the C++ example printed no turn"
 echo "C++ example: $(grep -c prefilled "$tmp/cpp.out") chat turns"
 
+# The installed Python module finds the installed library by itself.
+got=$(env -u NPULLM_LIBRARY PYTHONPATH="$libdir/python3/dist-packages" PYTHONDONTWRITEBYTECODE=1 python3 - "$model" "$cache" "$libdir" <<'PY'
+import sys
+import npullm
+assert npullm.__file__.startswith(sys.argv[3]), npullm.__file__
+with npullm.LLM(sys.argv[1], cache_dir=sys.argv[2]) as llm:
+    text = "".join(llm.generate("Once upon a time", max_new_tokens=40))
+maps = open("/proc/self/maps").read()
+assert sys.argv[3] + "/libnpullm.so" in maps, "libnpullm was not loaded from the installed tree"
+print(text)
+PY
+) || fail "the installed Python module failed"
+[ "$got" = "$want" ] || fail "Python: '$got' != '$want'"
+echo "installed Python module = npullm run --temp 0"
 echo "PASS"
