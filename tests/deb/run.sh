@@ -6,7 +6,7 @@
 #
 #   tests/deb/run.sh BUILD_DIR
 # Exit 77 (a skip) when ../shared's model is missing, unless NPULLM_REQUIRE_DATA=1.
-set -euo pipefail
+set -euo pipefail   # (no `cmd | grep -q`: grep's early exit would fail the pipe with SIGPIPE)
 build=$(cd "$1" && pwd)
 src=$(cd "$(dirname "$0")/../.." && pwd)
 model=${NPULLM_SHARED_DIR:-$src/../shared}/models/llama2c/stories260K.gguf
@@ -29,7 +29,7 @@ for lib in libc6 libstdc++6 libfmt libxxhash libpcre2-8 libedit libcpp-httplib; 
 done
 # Every dependency is a Debian package, and the ones here satisfy it.
 while read -r pkg; do
-  dpkg-query -W -f='${Status}' "$pkg" 2>/dev/null | grep -q "install ok installed" || fail "Depends names $pkg, which is not installed here"
+  grep -q "install ok installed" <<<"$(dpkg-query -W -f='${Status}' "$pkg" 2>/dev/null)" || fail "Depends names $pkg, which is not installed here"
 done < <(tr ',' '\n' <<<"$depends" | sed 's/(.*//; s/|.*//; s/ //g' | grep -v '^$')
 contents=$(dpkg-deb -c "$deb")
 for f in ./usr/bin/npullm ./usr/include/npullm/npullm.h libnpullm.so.1 libnpullm.a npullm.pc npullmConfig.cmake dist-packages/npullm/__init__.py; do

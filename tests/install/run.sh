@@ -8,7 +8,7 @@
 #
 #   tests/install/run.sh BUILD_DIR
 # Exit 77 (a skip) when ../shared's model is missing, unless NPULLM_REQUIRE_DATA=1.
-set -euo pipefail
+set -euo pipefail   # (no `cmd | grep -q`: grep's early exit would fail the pipe with SIGPIPE)
 build=$(cd "$1" && pwd)
 src=$(cd "$(dirname "$0")/../.." && pwd)
 model=${NPULLM_SHARED_DIR:-$src/../shared}/models/llama2c/stories260K.gguf
@@ -28,7 +28,7 @@ for f in libnpullm.so libnpullm.a cmake/npullm/npullmConfig.cmake cmake/npullm/n
          cmake/npullm/npullmTargets.cmake pkgconfig/npullm.pc python3/dist-packages/npullm/__init__.py; do
   [ -e "$libdir/$f" ] || fail "$libdir/$f is not installed"
 done
-readelf -d "$libdir/libnpullm.so" | grep -q 'Library soname: \[libnpullm.so.1\]' || fail "libnpullm.so has no SONAME libnpullm.so.1"
+grep -q 'Library soname: \[libnpullm.so.1\]' <<<"$(readelf -d "$libdir/libnpullm.so")" || fail "libnpullm.so has no SONAME libnpullm.so.1"
 echo "installed: $(cd "$prefix" && find . -type f | wc -l) files; SONAME libnpullm.so.1"
 
 # Exports: every function the C header declares, and besides them only the C++ API.
@@ -54,9 +54,9 @@ PKG_CONFIG_PATH="$libdir/pkgconfig" pkg-config --exists npullm || fail "pkg-conf
 # shellcheck disable=SC2046
 cc -std=c11 -Wall -Wextra -pedantic -Werror "$tmp/consumer/generate.c" -o "$tmp/c_pkgconfig" \
   $(PKG_CONFIG_PATH="$libdir/pkgconfig" pkg-config --cflags --libs npullm) -Wl,-rpath,"$libdir"
-ldd "$tmp/consumer-build/c_example" | grep -q "$libdir/libnpullm.so.1" || fail "c_example does not load the installed libnpullm.so.1"
-ldd "$tmp/c_pkgconfig" | grep -q "$libdir/libnpullm.so.1" || fail "the pkg-config build does not load the installed libnpullm.so.1"
-! ldd "$tmp/consumer-build/c_example_static" | grep -q libnpullm || fail "c_example_static links libnpullm.so"
+grep -q "$libdir/libnpullm.so.1" <<<"$(ldd "$tmp/consumer-build/c_example")" || fail "c_example does not load the installed libnpullm.so.1"
+grep -q "$libdir/libnpullm.so.1" <<<"$(ldd "$tmp/c_pkgconfig")" || fail "the pkg-config build does not load the installed libnpullm.so.1"
+! grep -q libnpullm <<<"$(ldd "$tmp/consumer-build/c_example_static")" || fail "c_example_static links libnpullm.so"
 echo "built against the installed tree: C (CMake, pkg-config, static) and C++ examples"
 
 if [ ! -f "$model" ]; then
