@@ -15,6 +15,10 @@ const char* op_name(uint32_t op) {
     case OpCode::Attention: return "Attention";
     case OpCode::SwiGlu: return "SwiGlu";
     case OpCode::GatherRows: return "GatherRows";
+    case OpCode::SliceCols: return "SliceCols";
+    case OpCode::Scale: return "Scale";
+    case OpCode::SoftCap: return "SoftCap";
+    case OpCode::GeGlu: return "GeGlu";
   }
   return "?";
 }

@@ -15,7 +15,7 @@ enum class OpCode : uint32_t {
   // dim: 0 S, 1 D (row length), 2 V (rows in table). Ids outside [0, V) give a zero row.
   Embed = 1,
   // out[s, :] = x[s, :] / sqrt(mean(x[s, :]^2) + eps) * w.  ptr: 0 x, 1 w (f32 [D]), 2 out.
-  // dim: 0 S, 1 D. fparam 0 eps.
+  // dim: 0 S, 1 D. fparam 0 eps. (Per-head norms are S = tokens x heads rows of D = head size.)
   RmsNorm = 2,
   // out[m, n] = sum_k x[m, k] * W[n, k] (+ bias[n]) (+ res[m, n]).
   // ptr: 0 x (f32 [M,K]), 1 W (type[1], N rows of K), 2 out (f32 [M,N]), 3 bias (f32 [N]) or 0,
@@ -50,6 +50,15 @@ enum class OpCode : uint32_t {
   // out[i, :] = x[idx[i], :] for i < N; an index outside [0, S) gives a zero row.
   // ptr: 0 x (f32 [S,R]), 1 idx (i32 [N]), 2 out (f32 [N,R]). dim: 0 N, 1 R, 2 S.
   GatherRows = 9,
+  // out[s, :] = x[s, off : off + W].  ptr: 0 x (f32 [S,R]), 1 out (f32 [S,W]). dim: 0 S, 1 R, 2 W, 3 off.
+  SliceCols = 10,
+  // out = x * c.  ptr: 0 x, 1 out (may alias x). dim: 0 count. fparam 0 c.
+  Scale = 11,
+  // out = c * tanh(x / c) (soft-capping).  ptr: 0 x, 1 out (may alias x). dim: 0 count. fparam 0 c.
+  SoftCap = 12,
+  // out = gelu_tanh(gate) * up, gelu_tanh(z) = z/2 (1 + tanh(sqrt(2/pi) (z + 0.044715 z^3))).
+  // ptr: 0 gate, 1 up, 2 out (may alias gate or up). dim: 0 count.
+  GeGlu = 13,
 };
 
 inline constexpr int kMaxOperands = 6;

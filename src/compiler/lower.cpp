@@ -135,7 +135,7 @@ class Lowering {
           sets_.join(i, res);
           inplace_residual_.push_back(i);
         }
-      } else if (n.op == Op::SwiGlu && free_after(n.inputs.at(0), i, s)) {
+      } else if ((n.op == Op::SwiGlu || n.op == Op::GeGlu) && free_after(n.inputs.at(0), i, s)) {
         sets_.join(i, n.inputs.at(0));
       }
     }
@@ -242,10 +242,31 @@ class Lowering {
           bind_operand(task, t, 0, in(0)); bind_operand(task, t, 1, in(1)); bind_operand(task, t, 2, id);
           task.dim[0] = S; task.dim[1] = n.shape.at(1).value; task.dim[2] = shape_of(0).at(0).value;
           break;
-        case Op::RmsNorm:
+        case Op::RmsNorm: {
           task.op = static_cast<uint32_t>(OpCode::RmsNorm);
           bind_operand(task, t, 0, in(0)); bind_operand(task, t, 1, in(1)); bind_operand(task, t, 2, id);
-          task.dim[0] = S; task.dim[1] = n.shape.at(1).value; task.fparam[0] = n.eps;
+          const int64_t parts = n.heads > 0 ? n.heads : 1;  // per-head norms: rows of one head each
+          if (n.shape.at(1).value % parts != 0)
+            fail("compiler: RmsNorm '{}': rows of {} do not split into {} heads", n.name, n.shape.at(1).value, parts);
+          task.dim[0] = S * parts; task.dim[1] = n.shape.at(1).value / parts; task.fparam[0] = n.eps;
+          if (ir::num_elements(shape_of(1)) != task.dim[1])
+            fail("compiler: RmsNorm '{}': weight {} does not match rows of {}", n.name, ir::shape_to_string(shape_of(1)), task.dim[1]);
+          break;
+        }
+        case Op::SliceCols: {
+          task.op = static_cast<uint32_t>(OpCode::SliceCols);
+          bind_operand(task, t, 0, in(0)); bind_operand(task, t, 1, id);
+          task.dim[0] = S; task.dim[1] = shape_of(0).at(1).value; task.dim[2] = n.shape.at(1).value; task.dim[3] = n.offset;
+          if (n.offset < 0 || n.offset + task.dim[2] > task.dim[1] || shape_of(0).at(0).value != S)
+            fail("compiler: SliceCols '{}' takes columns [{}, {}) of rows of {}", n.name, n.offset, n.offset + task.dim[2], task.dim[1]);
+          break;
+        }
+        case Op::Scale:
+        case Op::SoftCap:
+          task.op = static_cast<uint32_t>(n.op == Op::Scale ? OpCode::Scale : OpCode::SoftCap);
+          bind_operand(task, t, 0, in(0)); bind_operand(task, t, 1, id);
+          task.dim[0] = ir::num_elements(n.shape); task.fparam[0] = n.scale;
+          if (n.op == Op::SoftCap && !(n.scale > 0)) fail("compiler: SoftCap '{}' needs a positive cap", n.name);
           break;
         case Op::MatMul:
           task.op = static_cast<uint32_t>(OpCode::MatMul);
@@ -256,7 +277,8 @@ class Lowering {
           break;
         case Op::Add:
         case Op::SwiGlu:
-          task.op = static_cast<uint32_t>(n.op == Op::Add ? OpCode::Add : OpCode::SwiGlu);
+        case Op::GeGlu:
+          task.op = static_cast<uint32_t>(n.op == Op::Add ? OpCode::Add : n.op == Op::SwiGlu ? OpCode::SwiGlu : OpCode::GeGlu);
           bind_operand(task, t, 0, in(0)); bind_operand(task, t, 1, in(1)); bind_operand(task, t, 2, id);
           task.dim[0] = ir::num_elements(n.shape);
           break;

@@ -22,6 +22,10 @@ const char* op_name(Op op) {
     case Op::Attention: return "Attention";
     case Op::SwiGlu: return "SwiGlu";
     case Op::GatherRows: return "GatherRows";
+    case Op::SliceCols: return "SliceCols";
+    case Op::Scale: return "Scale";
+    case Op::SoftCap: return "SoftCap";
+    case Op::GeGlu: return "GeGlu";
   }
   return "?";
 }

@@ -29,6 +29,10 @@ enum class Op {
                 //   k/v rows from kv_base[s] on (from row 0 without kv_base)
   SwiGlu,       // (gate, up)
   GatherRows,   // (x, idx) -> out with out[i] = x[idx[i]] (rows along dim 0; out has idx's length)
+  SliceCols,    // (x) -> out[s, :] = x[s, offset : offset + width] (width = out's row length)
+  Scale,        // (x) -> x * scale
+  SoftCap,      // (x) -> scale * tanh(x / scale)
+  GeGlu,        // (gate, up) -> gelu_tanh(gate) * up
 };
 
 const char* op_name(Op op);
@@ -60,6 +64,9 @@ struct Node {
   std::vector<int64_t> weight_dims; // Weight: GGUF dims (ne0 first)
   float eps = 0.0f, scale = 0.0f, freq_base = 10000.0f, freq_scale = 1.0f;
   int64_t n_rot = 0, heads = 0, kv_heads = 0;
+  int64_t offset = 0;               // SliceCols: first column taken
+  // RmsNorm: > 0 normalises each of the `heads` equal parts of a row on its own (per-head norms),
+  // with one weight of the part's length shared by all of them.
   int rope_mode = 0;
 };
 

@@ -1,5 +1,6 @@
 #include "model/hparams.h"
 
+#include <cmath>
 #include <fmt/ranges.h>
 
 #include "common/error.h"
@@ -23,9 +24,10 @@ HParams HParams::from_gguf(const GgufFile& f) {
   std::optional<std::string> arch = f.get_string("general.architecture");
   if (!arch) fail("{}: missing key 'general.architecture'", f.path());
   h.arch = *arch;
-  if (h.arch != "llama" && h.arch != "qwen2")
-    fail("{}: architecture '{}' is not supported (supported: llama, qwen2)", f.path(), h.arch);
-  h.rope_mode = h.arch == "qwen2" ? 2 : 0;  // Qwen2 rotates split halves (NeoX), Llama adjacent pairs
+  if (h.arch != "llama" && h.arch != "qwen2" && h.arch != "qwen3" && h.arch != "phi3" && h.arch != "gemma3")
+    fail("{}: architecture '{}' is not supported (supported: llama, qwen2, qwen3, phi3, gemma3)", f.path(), h.arch);
+  // Llama rotates adjacent pairs; the others rotate split halves (NeoX), as llama.cpp does for them.
+  h.rope_mode = h.arch == "llama" ? 0 : 2;
   h.name = f.get_string("general.name").value_or(h.arch);
   const std::string p = h.arch + ".";
   h.n_layer = require_positive(f, p + "block_count");
@@ -34,11 +36,35 @@ HParams HParams::from_gguf(const GgufFile& f) {
   h.n_head_kv = f.find(p + "attention.head_count_kv") ? require_positive(f, p + "attention.head_count_kv") : h.n_head;
   h.n_ff = require_positive(f, p + "feed_forward_length");
   h.n_ctx_train = require_positive(f, p + "context_length");
-  if (h.n_embd % h.n_head) fail("{}: embedding_length {} is not a multiple of head_count {}", f.path(), h.n_embd, h.n_head);
   if (h.n_head % h.n_head_kv) fail("{}: head_count {} is not a multiple of head_count_kv {}", f.path(), h.n_head, h.n_head_kv);
-  h.head_dim = h.n_embd / h.n_head;
+  // The head size: key_length where the file gives it (Qwen3, Gemma 3: not n_embd / n_head).
+  if (f.find(p + "attention.key_length")) {
+    h.head_dim = require_positive(f, p + "attention.key_length");
+    if (f.find(p + "attention.value_length") && require_positive(f, p + "attention.value_length") != h.head_dim)
+      fail("{}: attention.value_length {} differs from key_length {} (not supported)", f.path(),
+           require_positive(f, p + "attention.value_length"), h.head_dim);
+  } else {
+    if (h.n_embd % h.n_head) fail("{}: embedding_length {} is not a multiple of head_count {}", f.path(), h.n_embd, h.n_head);
+    h.head_dim = h.n_embd / h.n_head;
+  }
   h.n_rot = f.find(p + "rope.dimension_count") ? require_positive(f, p + "rope.dimension_count") : h.head_dim;
   if (h.n_rot > h.head_dim || h.n_rot % 2) fail("{}: rope.dimension_count {} does not fit head size {}", f.path(), h.n_rot, h.head_dim);
+  if (h.arch == "qwen3" && h.n_rot != h.head_dim)
+    fail("{}: qwen3 rotates whole heads, but rope.dimension_count {} differs from the head size {}", f.path(), h.n_rot, h.head_dim);
+  h.attn_scale = 1.0f / std::sqrt(static_cast<float>(h.head_dim));
+  if (h.arch == "gemma3") {
+    // Gemma's norms are stored as (1 + w) by the converter and used as stored; what differs at
+    // run time: local layers, their RoPE base, the embedding scale and the optional soft-cap.
+    if (f.find(p + "attn_logit_softcapping")) fail("{}: gemma3 attention logit soft-capping is not supported", f.path());
+    if (f.find(p + "attention.sliding_window")) h.n_swa = require_positive(f, p + "attention.sliding_window");
+    h.swa_pattern = f.find(p + "attention.sliding_window_pattern") ? require_positive(f, p + "attention.sliding_window_pattern") : 6;
+    if (auto v = f.get_float(p + "rope.freq_base_swa")) h.rope_freq_base_swa = static_cast<float>(*v);
+    if (h.rope_freq_base_swa <= 0) fail("{}: rope.freq_base_swa must be positive", f.path());
+    if (auto v = f.get_float(p + "final_logit_softcapping")) h.final_softcap = static_cast<float>(*v);
+    if (h.final_softcap < 0) fail("{}: final_logit_softcapping must not be negative", f.path());
+    h.embd_scale = std::sqrt(static_cast<float>(h.n_embd));
+    if (h.n_layer == 62) h.attn_scale = 1.0f / std::sqrt(static_cast<float>(h.n_embd / h.n_head));  // Gemma 3 27B
+  }
   if (auto v = f.get_float(p + "rope.freq_base")) h.rope_freq_base = static_cast<float>(*v);
   if (auto v = f.get_float(p + "attention.layer_norm_rms_epsilon")) h.rms_eps = static_cast<float>(*v);
   if (h.rope_freq_base <= 0) fail("{}: rope.freq_base must be positive", f.path());

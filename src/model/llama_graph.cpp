@@ -60,18 +60,40 @@ class Builder {
     return f_.find_tensor(name) ? weight(name, std::move(dims)) : ir::kNoInput;
   }
 
-  int rmsnorm(const std::string& name, int x, int w, const char* rows = "seq") {
-    int id = op(ir::Op::RmsNorm, name, {x, w}, {rows, hp_.n_embd});
+  int rmsnorm(const std::string& name, int x, int w, const char* rows = "seq", int64_t width = 0) {
+    int id = op(ir::Op::RmsNorm, name, {x, w}, {rows, width ? width : hp_.n_embd});
     g_.node(id).eps = hp_.rms_eps;
     return id;
   }
 
-  int rope(const std::string& name, int x, int positions, int64_t heads) {
+  // Each head of x ([seq, heads * head_dim]) normalised on its own with the [head_dim] weight w
+  // (Qwen3's and Gemma 3's Q/K norms, before RoPE).
+  int rmsnorm_heads(const std::string& name, int x, int w, int64_t heads) {
+    int id = rmsnorm(name, x, w, "seq", heads * hp_.head_dim);
+    g_.node(id).heads = heads;
+    return id;
+  }
+
+  int slice(const std::string& name, int x, int64_t offset, int64_t width) {
+    int id = op(ir::Op::SliceCols, name, {x}, {"seq", width});
+    g_.node(id).offset = offset;
+    return id;
+  }
+
+  int scaled(ir::Op kind, const std::string& name, int x, float c, ir::Shape shape) {
+    int id = op(kind, name, {x}, std::move(shape));
+    g_.node(id).scale = c;
+    return id;
+  }
+
+  float rope_base(int64_t layer) const { return hp_.is_swa(layer) ? hp_.rope_freq_base_swa : hp_.rope_freq_base; }
+
+  int rope(const std::string& name, int x, int positions, int64_t heads, float base) {
     int id = op(ir::Op::Rope, name, {x, positions, rope_factors_}, {"seq", heads * hp_.head_dim});
     ir::Node& n = g_.node(id);
     n.n_rot = hp_.n_rot;
     n.heads = heads;
-    n.freq_base = hp_.rope_freq_base;
+    n.freq_base = base;
     n.freq_scale = hp_.rope_freq_scale;
     n.rope_mode = hp_.rope_mode;
     return id;
@@ -100,7 +122,7 @@ class Builder {
       const ir::Shape shape{"rows", hp_.n_head_kv, hp_.head_dim};
       g_.variables.push_back(ir::Variable{var, shape, kv_type_});
       int past = g_.add(ir::Node{.op = ir::Op::ReadValue, .name = var + ".read", .shape = shape, .type = kv_type_, .variable = var});
-      int turned = rope(var + ".rerotate", past, deltas, hp_.n_head_kv);
+      int turned = rope(var + ".rerotate", past, deltas, hp_.n_head_kv, rope_base(l));
       g_.node(turned).shape = shape;
       g_.node(turned).type = kv_type_;  // rotated in place in the state's own type
       g_.add(ir::Node{.op = ir::Op::Assign, .name = var + ".assign", .inputs = {turned}, .variable = var});
@@ -109,50 +131,92 @@ class Builder {
   }
 
   ir::Graph build(const GraphOptions& opt) {
-    const int64_t D = hp_.n_embd, H = hp_.n_head, Hkv = hp_.n_head_kv, hd = hp_.head_dim;
+    const int64_t D = hp_.n_embd, H = hp_.n_head, Hkv = hp_.n_head_kv, QD = hp_.q_dim(), KD = hp_.kv_dim();
+    const bool gemma = hp_.arch == "gemma3";
+    const bool qk_norm = gemma || hp_.arch == "qwen3";  // per-head Q/K RMSNorm before RoPE
     const int ids = param("input_ids", {"seq"}, kI32);
     const int positions = param("positions", {"seq"}, kI32);
     const int rows = param("cache_rows", {"seq"}, kI32);
     const int mask = param("attention_mask", {"seq", "ctx"}, kF32);
     const int kv_base = param("kv_base", {"seq"}, kI32);
+    // Local (sliding-window) layers attend through their own mask: the last n_swa positions only.
+    const int mask_swa = hp_.n_swa > 0 ? param("attention_mask_swa", {"seq", "ctx"}, kF32) : ir::kNoInput;
     const int logit_rows = opt.logit_rows ? param("logit_rows", {"out"}, kI32) : ir::kNoInput;
 
+    for (const char* longrope : {"rope_factors_long.weight", "rope_factors_short.weight"})
+      if (f_.find_tensor(longrope))
+        fail("{}: tensor '{}' (LongRoPE frequency factors) is not supported yet", f_.path(), longrope);
     const int embd = weight("token_embd.weight", {D, hp_.n_vocab});
     rope_factors_ = optional_weight("rope_freqs.weight", {hp_.n_rot / 2});
     int x = op(ir::Op::Embed, "embed", {embd, ids}, {"seq", D});
+    if (hp_.embd_scale != 1.0f) x = scaled(ir::Op::Scale, "embed.scale", x, hp_.embd_scale, {"seq", D});
 
     for (int64_t l = 0; l < hp_.n_layer; ++l) {
       const std::string b = fmt::format("blk.{}.", l);
       int h = rmsnorm(b + "attn_norm", x, weight(b + "attn_norm.weight", {D}));
-      // Q/K/V biases (Qwen2) are added before RoPE, inside the projection.
-      int q = matmul(b + "q", h, weight(b + "attn_q.weight", {D, H * hd}), H * hd, ir::kNoInput,
-                     optional_weight(b + "attn_q.bias", {H * hd}));
-      int k = matmul(b + "k", h, weight(b + "attn_k.weight", {D, Hkv * hd}), Hkv * hd, ir::kNoInput,
-                     optional_weight(b + "attn_k.bias", {Hkv * hd}));
-      int v = matmul(b + "v", h, weight(b + "attn_v.weight", {D, Hkv * hd}), Hkv * hd, ir::kNoInput,
-                     optional_weight(b + "attn_v.bias", {Hkv * hd}));
-      q = rope(b + "q_rope", q, positions, H);
-      k = rope(b + "k_rope", k, positions, Hkv);
+      int q, k, v;
+      if (hp_.arch == "phi3" && f_.find_tensor(b + "attn_qkv.weight")) {
+        // Phi-3: one fused projection, Q then K then V along its output rows.
+        int qkv = matmul(b + "qkv", h, weight(b + "attn_qkv.weight", {D, QD + 2 * KD}), QD + 2 * KD);
+        q = slice(b + "q", qkv, 0, QD);
+        k = slice(b + "k", qkv, QD, KD);
+        v = slice(b + "v", qkv, QD + KD, KD);
+      } else {
+        // Q/K/V biases (Qwen2) are added before RoPE, inside the projection.
+        q = matmul(b + "q", h, weight(b + "attn_q.weight", {D, QD}), QD, ir::kNoInput, optional_weight(b + "attn_q.bias", {QD}));
+        k = matmul(b + "k", h, weight(b + "attn_k.weight", {D, KD}), KD, ir::kNoInput, optional_weight(b + "attn_k.bias", {KD}));
+        v = matmul(b + "v", h, weight(b + "attn_v.weight", {D, KD}), KD, ir::kNoInput, optional_weight(b + "attn_v.bias", {KD}));
+      }
+      if (qk_norm) {
+        q = rmsnorm_heads(b + "q_norm", q, weight(b + "attn_q_norm.weight", {hp_.head_dim}), H);
+        k = rmsnorm_heads(b + "k_norm", k, weight(b + "attn_k_norm.weight", {hp_.head_dim}), Hkv);
+      }
+      q = rope(b + "q_rope", q, positions, H, rope_base(l));
+      k = rope(b + "k_rope", k, positions, Hkv, rope_base(l));
       int kc = update_state(b + "key", rows, k);
       int vc = update_state(b + "value", rows, v);
-      int att = op(ir::Op::Attention, b + "attention", {q, kc, vc, mask, kv_base}, {"seq", H * hd});
-      g_.node(att).scale = 1.0f / std::sqrt(static_cast<float>(hd));
+      int att = op(ir::Op::Attention, b + "attention", {q, kc, vc, hp_.is_swa(l) ? mask_swa : mask, kv_base}, {"seq", QD});
+      g_.node(att).scale = hp_.attn_scale;
       g_.node(att).heads = H;
       g_.node(att).kv_heads = Hkv;
-      x = matmul(b + "attn_out", att, weight(b + "attn_output.weight", {H * hd, D}), D, x);
+      const int wo = weight(b + "attn_output.weight", {QD, D});
+      if (gemma) {
+        // Gemma normalises each sublayer's output before adding it to the residual stream.
+        int a = matmul(b + "attn_out", att, wo, D);
+        a = rmsnorm(b + "post_attention_norm", a, weight(b + "post_attention_norm.weight", {D}));
+        x = op(ir::Op::Add, b + "attn_residual", {x, a}, {"seq", D});
+      } else {
+        x = matmul(b + "attn_out", att, wo, D, x);
+      }
 
       h = rmsnorm(b + "ffn_norm", x, weight(b + "ffn_norm.weight", {D}));
-      int gate = matmul(b + "ffn_gate", h, weight(b + "ffn_gate.weight", {D, hp_.n_ff}), hp_.n_ff);
-      int up = matmul(b + "ffn_up", h, weight(b + "ffn_up.weight", {D, hp_.n_ff}), hp_.n_ff);
-      int act = op(ir::Op::SwiGlu, b + "ffn_act", {gate, up}, {"seq", hp_.n_ff});
-      x = matmul(b + "ffn_out", act, weight(b + "ffn_down.weight", {hp_.n_ff, D}), D, x);
+      int gate, up;
+      if (!f_.find_tensor(b + "ffn_gate.weight") && hp_.arch == "phi3") {
+        // Phi-3: gate and up stacked in one matrix, the gate first.
+        int both = matmul(b + "ffn_gate_up", h, weight(b + "ffn_up.weight", {D, 2 * hp_.n_ff}), 2 * hp_.n_ff);
+        gate = slice(b + "ffn_gate", both, 0, hp_.n_ff);
+        up = slice(b + "ffn_up", both, hp_.n_ff, hp_.n_ff);
+      } else {
+        gate = matmul(b + "ffn_gate", h, weight(b + "ffn_gate.weight", {D, hp_.n_ff}), hp_.n_ff);
+        up = matmul(b + "ffn_up", h, weight(b + "ffn_up.weight", {D, hp_.n_ff}), hp_.n_ff);
+      }
+      int act = op(gemma ? ir::Op::GeGlu : ir::Op::SwiGlu, b + "ffn_act", {gate, up}, {"seq", hp_.n_ff});
+      const int wd = weight(b + "ffn_down.weight", {hp_.n_ff, D});
+      if (gemma) {
+        int f = matmul(b + "ffn_out", act, wd, D);
+        f = rmsnorm(b + "post_ffw_norm", f, weight(b + "post_ffw_norm.weight", {D}));
+        x = op(ir::Op::Add, b + "ffn_residual", {x, f}, {"seq", D});
+      } else {
+        x = matmul(b + "ffn_out", act, wd, D, x);
+      }
     }
     // Rows whose logits nobody reads are dropped before the output norm (per row) and matmul.
     const char* out_rows = opt.logit_rows ? "out" : "seq";
     if (opt.logit_rows) x = op(ir::Op::GatherRows, "logit_rows.gather", {x, logit_rows}, {out_rows, D});
     x = rmsnorm("output_norm", x, weight("output_norm.weight", {D}), out_rows);
     const int out_w = hp_.tied_output ? embd : weight("output.weight", {D, hp_.n_vocab});
-    const int logits = matmul("logits", x, out_w, hp_.n_vocab, ir::kNoInput, ir::kNoInput, out_rows);
+    int logits = matmul("logits", x, out_w, hp_.n_vocab, ir::kNoInput, ir::kNoInput, out_rows);
+    if (hp_.final_softcap > 0) logits = scaled(ir::Op::SoftCap, "logits.softcap", logits, hp_.final_softcap, {out_rows, hp_.n_vocab});
     g_.add(ir::Node{.op = ir::Op::Result, .name = "logits", .inputs = {logits}, .shape = {out_rows, hp_.n_vocab}, .type = kF32});
     // A tensor the graph does not use means a model variant we do not understand: refuse it rather
     // than compute something else.

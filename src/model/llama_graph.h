@@ -1,5 +1,9 @@
-// Builds the Llama-family transformer (llama, qwen2) as a stateful IR graph with dynamic dimensions.
-// Optional tensors change the graph: attn_{q,k,v}.bias (Qwen2) and rope_freqs.weight (Llama 3.1).
+// Builds the Llama-family transformers (llama, qwen2, qwen3, phi3, gemma3) as a stateful IR graph
+// with dynamic dimensions. Optional tensors change the graph: attn_{q,k,v}.bias (Qwen2),
+// rope_freqs.weight (Llama 3.1), attn_{q,k}_norm (Qwen3, Gemma 3: per-head RMSNorm before RoPE),
+// attn_qkv and a gate+up ffn_up (Phi-3: fused projections, sliced after the matmul). Gemma 3 adds
+// the embedding scale, post-attention / post-FFN norms, GELU(tanh) gating, the final soft-cap and
+// local layers that attend through attention_mask_swa with their own RoPE base.
 //
 // Inputs (dims: "seq" = tokens in this run, "ctx" = rows each token may attend, "rows" = rows of
 // the whole state, which may hold several sequences' regions one after another):
@@ -7,6 +11,7 @@
 //   positions       i32 [seq]        RoPE position of each token
 //   cache_rows      i32 [seq]        row of the K/V state each token's K/V is written to (-1: none)
 //   attention_mask  f32 [seq, ctx]   additive: 0 where token s may attend row kv_base[s] + t, -inf elsewhere
+//   attention_mask_swa f32 [seq, ctx] only for models with sliding-window layers: their mask
 //   kv_base         i32 [seq]        first state row of token s's attention window [kv_base[s], kv_base[s] + ctx):
 //                                    the start of its sequence's region, so a batch of tokens from
 //                                    different sequences attends each its own rows

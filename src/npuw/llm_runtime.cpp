@@ -128,7 +128,7 @@ struct LlmRuntime::Program {
   std::unique_ptr<driver::Executable> exe;
   std::unique_ptr<driver::CommandList> cl;
   std::vector<int32_t> ids, positions, rows, kv_base, logit_rows;
-  std::vector<float> mask, logits;
+  std::vector<float> mask, mask_swa, logits;  // mask_swa: models with sliding-window layers
 };
 
 LlmRuntime::LlmRuntime(const std::string& model_path, RuntimeConfig cfg) : cfg_(std::move(cfg)) {
@@ -244,6 +244,10 @@ void LlmRuntime::load_blobs() {
       s.cl->bind("cache_rows", s.rows.data(), s.rows.size() * 4);
       s.cl->bind("kv_base", s.kv_base.data(), s.kv_base.size() * 4);
       s.cl->bind("attention_mask", s.mask.data(), s.mask.size() * 4);
+      if (hp_.n_swa > 0) {
+        s.mask_swa.assign(s.mask.size(), kNegInf);
+        s.cl->bind("attention_mask_swa", s.mask_swa.data(), s.mask_swa.size() * 4);
+      }
       s.cl->bind("logits", s.logits.data(), s.logits.size() * 4);
       if (s.last_row_logits) {
         s.logit_rows.assign(1, 0);
@@ -283,6 +287,13 @@ void LlmRuntime::fill_row(Program& p, int64_t i, int64_t slot, int32_t id, int64
   const int64_t visible = real ? pos + 1 : 0;  // token at pos attends its slot's rows [0, pos]
   std::fill(m, m + visible, 0.0f);
   std::fill(m + visible, m + C, kNegInf);
+  if (!p.mask_swa.empty()) {
+    // Local layers: the token itself and the n_swa - 1 positions before it.
+    float* w = p.mask_swa.data() + i * C;
+    const int64_t from = real ? std::max<int64_t>(0, pos + 1 - hp_.n_swa) : 0;
+    std::fill(w, w + C, kNegInf);
+    std::fill(w + from, w + visible, 0.0f);
+  }
 }
 
 std::span<const float> LlmRuntime::prefill_slot(int64_t slot, std::span<const int32_t> ids, std::vector<float>* all_logits) {

@@ -7,12 +7,13 @@
 #include "genai/tokenizer.h"
 #include "model/hparams.h"
 #include "model/llama_graph.h"
+#include "test_util.h"
 
 namespace npullm {
 namespace {
 
 // A tiny llama-shaped file (1 layer, dim 32) whose parts the tests then vary.
-GgufWriter tiny(const std::string& arch, GgmlType down_type = GgmlType::F32, bool extra_tensor = false) {
+GgufWriter tiny(const std::string& arch, GgmlType down_type = GgmlType::F32, const std::string& extra_tensor = "") {
   GgufWriter w;
   w.add_string("general.architecture", arch);
   w.add_u32(arch + ".block_count", 1);
@@ -38,7 +39,7 @@ GgufWriter tiny(const std::string& arch, GgmlType down_type = GgmlType::F32, boo
   add("blk.0.ffn_gate.weight", {32, 256}, GgmlType::F32);
   add("blk.0.ffn_up.weight", {32, 256}, GgmlType::F32);
   add("blk.0.ffn_down.weight", {256, 32}, down_type);
-  if (extra_tensor) add("blk.0.attn_q_norm.weight", {32}, GgmlType::F32);
+  if (!extra_tensor.empty()) add(extra_tensor, {32}, GgmlType::F32);
   return w;
 }
 
@@ -60,8 +61,8 @@ std::string error_of(const std::vector<uint8_t>& bytes, bool tokenizer = false) 
 TEST(Unsupported, TheValidTinyModelBuilds) { EXPECT_EQ(error_of(tiny("llama").serialize()), ""); }
 
 TEST(Unsupported, ArchitectureIsNamed) {
-  const std::string e = error_of(tiny("phi3").serialize());
-  EXPECT_NE(e.find("architecture 'phi3' is not supported"), std::string::npos) << e;
+  const std::string e = error_of(tiny("rwkv6").serialize());
+  EXPECT_NE(e.find("architecture 'rwkv6' is not supported"), std::string::npos) << e;
 }
 
 TEST(Unsupported, TensorTypeIsNamed) {
@@ -72,7 +73,7 @@ TEST(Unsupported, TensorTypeIsNamed) {
 }
 
 TEST(Unsupported, UnknownTensorIsNamed) {
-  const std::string e = error_of(tiny("llama", GgmlType::F32, true).serialize());
+  const std::string e = error_of(tiny("llama", GgmlType::F32, "blk.0.attn_q_norm.weight").serialize());
   EXPECT_NE(e.find("'blk.0.attn_q_norm.weight'"), std::string::npos) << e;
 }
 
@@ -82,6 +83,22 @@ TEST(Unsupported, TokenizerModelIsNamed) {
   w.add_string_array("tokenizer.ggml.tokens", {"a", "b"});
   const std::string e = error_of(w.serialize(), /*tokenizer=*/true);
   EXPECT_NE(e.find("rwkv"), std::string::npos) << e;
+}
+
+}  // namespace
+}  // namespace npullm
+
+namespace npullm {
+namespace {
+
+// Phi-3's LongRoPE factors would change every rotation: refused by name, not ignored.
+TEST(Unsupported, LongRopeFactorsAreNamed) {
+  NPULLM_REQUIRE_SHARED("golden/arch/phi3-spm.Q4_K_M.gguf");
+  auto f = GgufFile::open(test::shared_path("golden/arch/phi3-spm.Q4_K_M.gguf"));
+  const auto hp = model::HParams::from_gguf(*f);
+  EXPECT_EQ(test::error_of([&] { model::build_llama_graph(hp, *f, GgmlType::F16); }), "");
+  const std::string e = error_of(tiny("phi3", GgmlType::F32, "rope_factors_long.weight").serialize());
+  EXPECT_NE(e.find("'rope_factors_long.weight' (LongRoPE"), std::string::npos) << e;
 }
 
 }  // namespace

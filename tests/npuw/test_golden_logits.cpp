@@ -14,44 +14,6 @@
 namespace npullm {
 namespace {
 
-std::vector<float> read_logits(const std::string& path, size_t n) {
-  const std::string raw = test::read_file(path);
-  std::vector<float> out(n);
-  if (path.size() > 4 && path.substr(path.size() - 4) == ".f16") {
-    EXPECT_EQ(raw.size(), n * 2) << path;
-    for (size_t i = 0; i < n && 2 * i + 1 < raw.size(); ++i) {
-      uint16_t h;
-      std::memcpy(&h, raw.data() + 2 * i, 2);
-      out[i] = fp16_to_fp32(h);
-    }
-  } else {
-    EXPECT_EQ(raw.size(), n * 4) << path;
-    std::memcpy(out.data(), raw.data(), std::min(raw.size(), n * 4));
-  }
-  return out;
-}
-
-// Mean over positions of KL(softmax(ref) || softmax(ours)), in double.
-double mean_kl(const std::vector<float>& ref, const std::vector<float>& ours, size_t rows, size_t V) {
-  double total = 0;
-  for (size_t r = 0; r < rows; ++r) {
-    auto logsumexp = [&](const std::vector<float>& x) {
-      double mx = -1e300, s = 0;
-      for (size_t v = 0; v < V; ++v) mx = std::max(mx, double(x[r * V + v]));
-      for (size_t v = 0; v < V; ++v) s += std::exp(double(x[r * V + v]) - mx);
-      return mx + std::log(s);
-    };
-    const double lp = logsumexp(ref), lq = logsumexp(ours);
-    double kl = 0;
-    for (size_t v = 0; v < V; ++v) {
-      const double a = double(ref[r * V + v]) - lp, b = double(ours[r * V + v]) - lq;
-      kl += std::exp(a) * (a - b);
-    }
-    total += kl;
-  }
-  return total / double(rows);
-}
-
 struct Golden {
   nlohmann::json j;
   std::vector<int32_t> tokens;
@@ -104,9 +66,9 @@ TEST_P(GoldenQuantised, NoNoisierThanLlamaCppAndCloseToIt) {
   Golden g = run_golden(name + ".json", "golden/" + name + ".gguf", kv);
   const auto& acc = g.j["acceptance"];
   const size_t n = g.tokens.size();
-  const auto ideal = read_logits(test::shared_path("golden/" + acc["ideal_ref"].get<std::string>()), n * g.V);
-  const auto native = read_logits(test::shared_path("golden/" + acc["native_ref"].get<std::string>()), n * g.V);
-  const double kl_ideal = mean_kl(ideal, g.ours, n, g.V), kl_native = mean_kl(native, g.ours, n, g.V);
+  const auto ideal = test::read_logits(test::shared_path("golden/" + acc["ideal_ref"].get<std::string>()), n * g.V);
+  const auto native = test::read_logits(test::shared_path("golden/" + acc["native_ref"].get<std::string>()), n * g.V);
+  const double kl_ideal = test::mean_kl(ideal, g.ours, n, g.V), kl_native = test::mean_kl(native, g.ours, n, g.V);
   const double kl_ideal_max = kv == GgmlType::Q8_0 ? 2.0 * acc["kl_llama"].get<double>() + 1e-4 : acc["kl_ideal_max"].get<double>();
   RecordProperty("kl_ideal", std::to_string(kl_ideal));
   RecordProperty("kl_native", std::to_string(kl_native));
@@ -137,8 +99,8 @@ TEST(GoldenF16, TinyRandomKlTop1AndGreedy) {
   Golden g = run_golden("llama-2-tiny-random.json", "models/ollama/llama-2-tiny-random.gguf");
   const auto& acc = g.j["acceptance"];
   const size_t n = g.tokens.size();
-  const auto ref = read_logits(test::shared_path("golden/" + acc["ref"].get<std::string>()), n * g.V);
-  EXPECT_LE(mean_kl(ref, g.ours, n, g.V), acc["kl_max"].get<double>());
+  const auto ref = test::read_logits(test::shared_path("golden/" + acc["ref"].get<std::string>()), n * g.V);
+  EXPECT_LE(test::mean_kl(ref, g.ours, n, g.V), acc["kl_max"].get<double>());
   int agree = 0;
   for (size_t r = 0; r < n; ++r)
     agree += genai::argmax({ref.data() + r * g.V, g.V}) == genai::argmax({g.ours.data() + r * g.V, g.V});

@@ -33,6 +33,10 @@ Split split_of(const TaskDesc& t) {
     case OpCode::ScatterRows: return {t.dim[0], 8};
     case OpCode::Attention: return {t.dim[0] * t.dim[1], 1};
     case OpCode::GatherRows: return {t.dim[0], 1};
+    case OpCode::SliceCols: return {t.dim[0], 4};
+    case OpCode::Scale:
+    case OpCode::SoftCap:
+    case OpCode::GeGlu: return {t.dim[0], 4096};
   }
   return {0, 1};
 }
@@ -105,6 +109,10 @@ void run_chunk(const TaskDesc& t, int64_t b, int64_t e, float* work, const void*
     case OpCode::GatherRows:
       gather_rows(p<const float>(t, 0), t.dim[2], t.dim[1], p<const int32_t>(t, 1), p<float>(t, 2), b, e);
       break;
+    case OpCode::SliceCols: slice_cols(p<const float>(t, 0), t.dim[1], p<float>(t, 1), t.dim[2], t.dim[3], b, e); break;
+    case OpCode::Scale: scale(p<const float>(t, 0), t.fparam[0], p<float>(t, 1), b, e); break;
+    case OpCode::SoftCap: softcap(p<const float>(t, 0), t.fparam[0], p<float>(t, 1), b, e); break;
+    case OpCode::GeGlu: geglu(p<const float>(t, 0), p<const float>(t, 1), p<float>(t, 2), b, e); break;
   }
 }
 

@@ -547,6 +547,28 @@ bool matmul_reads_panels16(GgmlType wt, int64_t K) {
   return detail::int8_supported(wt) && panels16_possible(wt, K);
 }
 
+void slice_cols(const float* x, int64_t R, float* out, int64_t W, int64_t off, int64_t s0, int64_t s1) {
+  for (int64_t s = s0; s < s1; ++s) std::memcpy(out + s * W, x + s * R + off, static_cast<size_t>(W) * 4);
+}
+
+void scale(const float* x, float c, float* out, int64_t i0, int64_t i1) {
+  for (int64_t i = i0; i < i1; ++i) out[i] = x[i] * c;
+}
+
+void softcap(const float* x, float c, float* out, int64_t i0, int64_t i1) {
+  for (int64_t i = i0; i < i1; ++i) out[i] = c * std::tanh(x[i] / c);
+}
+
+void geglu(const float* gate, const float* up, float* out, int64_t i0, int64_t i1) {
+  // The exact tanh form in F32 (llama.cpp's CPU backend looks it up in an f16 table instead; the
+  // difference is ~3e-6 in KL on the gemma3 golden model, ../shared/golden/arch/README.md).
+  constexpr float kSqrt2OverPi = 0.7978845608028654f;
+  for (int64_t i = i0; i < i1; ++i) {
+    const float z = gate[i];
+    out[i] = 0.5f * z * (1.0f + std::tanh(kSqrt2OverPi * (z + 0.044715f * z * z * z))) * up[i];
+  }
+}
+
 void swiglu(const float* gate, const float* up, float* out, int64_t i0, int64_t i1) {
   if (i0 >= i1) return;
   active().swiglu(gate, up, out, i0, i1);

@@ -85,6 +85,13 @@ inline void rope(float* x, const int32_t* pos, int64_t H, int64_t hd, int64_t n_
 void scatter_rows(const float* src, const int32_t* idx, void* dst, GgmlType dst_type, int64_t R,
                   int64_t C, int64_t s0, int64_t s1);
 
+// Small elementwise and copy kernels of the newer model families (qwen3, gemma3, phi3), over
+// elements / rows [i0, i1): plain loops, a small share of a token's time next to the matmuls.
+void slice_cols(const float* x, int64_t R, float* out, int64_t W, int64_t off, int64_t s0, int64_t s1);
+void scale(const float* x, float c, float* out, int64_t i0, int64_t i1);
+void softcap(const float* x, float c, float* out, int64_t i0, int64_t i1);  // c * tanh(x / c)
+void geglu(const float* gate, const float* up, float* out, int64_t i0, int64_t i1);  // gelu_tanh(gate) * up
+
 // Grouped-query attention over a cache of C rows; r in [r0, r1) indexes (s, h) = (r / H, r % H).
 // out[s,h,:] = sum_t p[t] v[t,g,:], p = softmax_t(scale * q[s,h,:].k[t,g,:] + mask[s,t]),
 // g = h / (H / Hkv). k, v are [C, Hkv, hd] of type F32, F16 or Q8_0 (hd a multiple of 32; each
