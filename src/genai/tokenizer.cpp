@@ -98,14 +98,14 @@ Tokenizer::Tokenizer(Vocab vocab) : impl_(std::make_unique<Impl>()) {
   for (size_t i = 0; i < n; ++i) impl_->token_to_id[v.tokens[i]] = static_cast<int32_t>(i);
 
   const detail::VocabView view{v, impl_->token_to_id};
-  if (v.model == "llama")
+  if (v.model == "llama" || v.model == "gemma4")  // gemma4: SentencePiece-style, merges by rank
     impl_->encoder = detail::make_spm_encoder(view);
   else if (v.model == "gpt2")
     impl_->encoder = detail::make_bpe_encoder(view);
   else if (v.model == "bert")
     impl_->encoder = detail::make_wpm_encoder(view);
   else
-    fail("tokenizer model '{}' is not supported (supported: llama, gpt2, bert)", v.model);
+    fail("tokenizer model '{}' is not supported (supported: llama, gpt2, bert, gemma4)", v.model);
   impl_->special = std::make_unique<detail::SpecialTokenMatcher>(v);
 }
 

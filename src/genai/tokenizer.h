@@ -36,7 +36,7 @@ enum class TokenType : int32_t {
 enum TokenStrip : uint8_t { kStripNone = 0, kStripLeft = 1, kStripRight = 2 };
 
 struct Vocab {
-  std::string model = "llama";          // tokenizer.ggml.model: llama | gpt2 | bert
+  std::string model = "llama";          // tokenizer.ggml.model: llama | gpt2 | bert | gemma4
   std::string pre;                      // tokenizer.ggml.pre ("" when absent)
   std::vector<std::string> tokens;      // token text as stored (U+2581 / GPT-2 byte chars)
   std::vector<float> scores;            // SPM merge priority (higher merges first)
@@ -107,7 +107,11 @@ class Tokenizer {
   int32_t find_token(std::string_view text) const;
   // Whether decode() drops the first piece's leading space when asked to: SPM's dummy prefix and
   // WordPiece's word-start space are not text; byte-level BPE's spaces are.
-  bool strips_leading_space() const { return vocab().model != "gpt2"; }
+  // The first piece's U+2581 is a dummy prefix, not text, when the encoder added one (SPM with
+  // add_space_prefix); WordPiece detokenizes with a space before every word but the first.
+  bool strips_leading_space() const {
+    return vocab().model == "bert" || ((vocab().model == "llama" || vocab().model == "gemma4") && vocab().add_space_prefix);
+  }
 
  private:
   // Behind a pointer so that the encoders' references into it survive moving the Tokenizer.

@@ -60,8 +60,8 @@ std::string lower(std::string s) {
 Vocab Vocab::from_gguf(const GgufFile& f) {
   Vocab v;
   v.model = f.get("tokenizer.ggml.model").as_string("tokenizer.ggml.model");
-  if (v.model != "llama" && v.model != "gpt2" && v.model != "bert")
-    fail("{}: tokenizer model '{}' is not supported (supported: llama, gpt2, bert)", f.path(),
+  if (v.model != "llama" && v.model != "gpt2" && v.model != "bert" && v.model != "gemma4")
+    fail("{}: tokenizer model '{}' is not supported (supported: llama, gpt2, bert, gemma4)", f.path(),
          v.model);
   v.pre = f.get_string("tokenizer.ggml.pre").value_or("");
 
@@ -107,7 +107,9 @@ Vocab Vocab::from_gguf(const GgufFile& f) {
     v.types.assign(n, TokenType::Normal);
   }
 
-  if (v.model == "gpt2") {
+  // gemma4 is SentencePiece-style BPE by merge rank (spaces as U+2581, byte fallback, no dummy
+  // prefix unless the file asks): the SPM encoder's merges mode, with the merges of the file.
+  if (v.model == "gpt2" || v.model == "gemma4") {
     // Merges are "left right" with the two token texts; a byte-level text never holds a raw
     // space, but like llama.cpp search from index 1 so that a leading one would stay in `left`.
     const std::string merges_key = "tokenizer.ggml.merges";
@@ -122,15 +124,15 @@ Vocab Vocab::from_gguf(const GgufFile& f) {
       v.merges.emplace_back(m.substr(0, sp), m.substr(sp + 1));
     }
     // Refuse an unknown pre-tokenizer now, naming it and the file.
-    try {
-      detail::pretokenizer_regexes(v.pre);
-    } catch (const Error& e) {
-      fail("{}: {}", f.path(), e.what());
-    }
+    if (v.model == "gpt2") try {
+        detail::pretokenizer_regexes(v.pre);
+      } catch (const Error& e) {
+        fail("{}: {}", f.path(), e.what());
+      }
   }
 
   // Defaults are llama.cpp's for each model; BPE vocabs have no fixed special ids.
-  const bool spm = v.model == "llama";
+  const bool spm = v.model == "llama" || v.model == "gemma4";
   const bool bert = v.model == "bert";
   v.bos = read_special_id(f, "tokenizer.ggml.bos_token_id", spm ? 1 : bert ? 101 : -1, n);
   v.eos = read_special_id(f, "tokenizer.ggml.eos_token_id", spm ? 2 : -1, n);
@@ -140,7 +142,7 @@ Vocab Vocab::from_gguf(const GgufFile& f) {
   v.add_bos = f.get_bool("tokenizer.ggml.add_bos_token").value_or(spm || bert || pre_adds_bos(v.pre));
   v.add_eos = f.get_bool(bert ? "tokenizer.ggml.add_sep_token" : "tokenizer.ggml.add_eos_token")
                   .value_or(bert);
-  v.add_space_prefix = f.get_bool("tokenizer.ggml.add_space_prefix").value_or(spm);
+  v.add_space_prefix = f.get_bool("tokenizer.ggml.add_space_prefix").value_or(v.model == "llama");
   v.ignore_merges = v.model == "gpt2" && pre_ignores_merges(v.pre);
   v.chat_template = f.get_string("tokenizer.chat_template").value_or("");
 

@@ -14,7 +14,10 @@
 
 #include "common/error.h"
 #include "genai/jinja/builtin_templates.h"
+#include "formats/gguf.h"
+#include "genai/chat_format.h"
 #include "genai/jinja/template.h"
+#include "genai/tokenizer.h"
 #include "test_util.h"
 
 namespace npullm::genai::jinja {
@@ -421,3 +424,44 @@ TEST(ChatTemplateCli, TokenOverridesVariablesAndDate) {
 
 }  // namespace
 }  // namespace npullm::genai::jinja
+
+namespace npullm {
+namespace {
+
+// The chat templates that ship inside the newer vocabularies' GGUF files (Llama 3, Qwen2/3,
+// Qwen3.5, Gemma 4) render a conversation through the Jinja engine: every message's text appears,
+// in order, and the generation prompt follows the last one.
+TEST(ChatTemplateGguf, NewerVocabulariesRenderTheirOwnTemplates) {
+  int with_template = 0;
+  for (const char* vocab : {"llama-bpe", "qwen2", "qwen35", "gemma-4"}) {
+    SCOPED_TRACE(vocab);
+    const std::string rel = std::string("models/vocab/ggml-vocab-") + vocab + ".gguf";
+    NPULLM_REQUIRE_SHARED(rel);
+    auto f = GgufFile::open(test::shared_path(rel));
+    const genai::Tokenizer tok(genai::Vocab::from_gguf(*f));
+    if (tok.vocab().chat_template.empty()) {  // not every vocab file carries one
+      std::printf("[ template ] %s: no tokenizer.chat_template in the file\n", vocab);
+      continue;
+    }
+    ++with_template;
+    const genai::ChatFormat fmt("", tok);
+    const std::vector<ChatMessage> msgs = {{"system", "Be brief."}, {"user", "Hello there"}, {"assistant", "Hi! How can I help?"},
+                                           {"user", "Tell me a joke"}};
+    std::string text;
+    ASSERT_EQ(test::error_of([&] { text = fmt.render(msgs, true); }), "");
+    size_t at = 0;
+    for (const auto& m : msgs) {
+      const size_t found = text.find(m.content, at);
+      ASSERT_NE(found, std::string::npos) << "'" << m.content << "' missing or out of order in:\n" << text;
+      at = found + m.content.size();
+    }
+    const std::string closed = fmt.render(msgs, false);
+    EXPECT_GT(text.size(), closed.size()) << "the generation prompt adds nothing";
+    EXPECT_EQ(text.compare(0, closed.size(), closed), 0) << "the generation prompt is not appended at the end";
+    std::printf("[ template ] %s: its own template renders %zu bytes\n", vocab, text.size());
+  }
+  EXPECT_GE(with_template, 1);
+}
+
+}  // namespace
+}  // namespace npullm

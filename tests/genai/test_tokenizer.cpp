@@ -80,6 +80,9 @@ VocabCases load_cases(const std::string& inp_path, const std::string& out_path) 
   for (size_t pos = 0, next; (next = inp.find(sep, pos)) != std::string::npos;
        pos = next + sep.size())
     c.texts.push_back(inp.substr(pos, next - pos));
+  // The last case may end without a separator (newer files): the rest of the file is a case then.
+  if (const size_t last = inp.rfind(sep); inp.size() > (last == std::string::npos ? 0 : last + sep.size()))
+    c.texts.push_back(inp.substr(last == std::string::npos ? 0 : last + sep.size()));
   const std::string out = read_file(out_path);
   for (size_t pos = 0, next; (next = out.find('\n', pos)) != std::string::npos; pos = next + 1)
     c.expected.push_back(out.substr(pos, next - pos));
@@ -407,13 +410,16 @@ TEST(Tokenizer, TokenToPieceByType) {
 
 TEST(Tokenizer, DecodeStripsOnlyTheFirstLeadingSpace) {
   const std::string sp = "\xE2\x96\x81";
-  const Tokenizer tok(make_vocab({{sp + "hi", -1}, {sp, -1}}));
+  const Tokenizer tok(make_vocab({{sp + "hi", -1}, {sp, -1}}, true, /*space_prefix=*/true));
   const int32_t shi = id_of(tok, sp + "hi"), space = id_of(tok, sp);
   EXPECT_EQ(tok.decode({1, shi, shi}), " hi hi");
   EXPECT_EQ(tok.decode({1, shi, shi}, true), "hi hi");
   EXPECT_EQ(tok.decode({shi, shi}, true), "hi hi");
   EXPECT_EQ(tok.decode({space, shi}, true), " hi");  // only one space goes
   EXPECT_EQ(tok.decode({}, true), "");
+  // Without a dummy prefix (Gemma 4's vocab, add_space_prefix false) a leading space is text.
+  const Tokenizer plain(make_vocab({{sp + "hi", -1}, {sp, -1}}));
+  EXPECT_EQ(plain.decode({id_of(plain, sp + "hi")}, true), " hi");
 }
 
 TEST(Tokenizer, RejectsInconsistentVocab) {
