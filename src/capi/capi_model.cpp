@@ -1,5 +1,7 @@
 // The C API's models: open with runtime options, info, tokenize / detokenize, chat templates.
+#include <cstring>
 #include <fstream>
+#include <type_traits>
 
 #include "capi/capi_internal.h"
 
@@ -8,15 +10,24 @@ using namespace npullm::capi;
 
 namespace {
 
+// An enum field as the integer a C caller stored: C lets any int through, and loading an
+// out-of-range value as the C++ enum type would be undefined before we could refuse it.
+template <typename E>
+int raw(const E& e) {
+  std::underlying_type_t<E> v;
+  std::memcpy(&v, &e, sizeof v);
+  return static_cast<int>(v);
+}
+
 PipelineConfig pipeline_config(const npullm_model_params& p) {
   PipelineConfig c;
   require(p.prefill_chunk > 0, "prefill_chunk must be positive");
   require(p.max_prompt_len > 0 && p.min_response_len >= 0, "max_prompt_len must be positive and min_response_len not negative");
   require(p.threads >= 0, "threads must not be negative (0 = all hardware threads)");
   require(p.variants || p.n_variants == 0, "variants is NULL but n_variants is not 0");
-  require(p.kv_type == NPULLM_KV_F16 || p.kv_type == NPULLM_KV_F32 || p.kv_type == NPULLM_KV_Q8_0, "kv_type is not an npullm_kv_type");
-  require(p.context_policy == NPULLM_CONTEXT_SHIFT || p.context_policy == NPULLM_CONTEXT_TRUNCATE,
-          "context_policy is not an npullm_context_policy");
+  const int kv = raw(p.kv_type), policy = raw(p.context_policy);
+  require(kv == NPULLM_KV_F16 || kv == NPULLM_KV_F32 || kv == NPULLM_KV_Q8_0, "kv_type is not an npullm_kv_type");
+  require(policy == NPULLM_CONTEXT_SHIFT || policy == NPULLM_CONTEXT_TRUNCATE, "context_policy is not an npullm_context_policy");
   c.prefill_chunk = p.prefill_chunk;
   for (size_t i = 0; i < p.n_variants; ++i) {
     require(p.variants[i] > 0, "every variant capacity must be positive");
@@ -27,9 +38,9 @@ PipelineConfig pipeline_config(const npullm_model_params& p) {
   c.threads = p.threads;
   if (p.cache_dir) c.cache_dir = p.cache_dir;
   c.use_cache = p.use_cache != 0;
-  c.kv_type = p.kv_type == NPULLM_KV_F32 ? KvType::F32 : p.kv_type == NPULLM_KV_Q8_0 ? KvType::Q8_0 : KvType::F16;
+  c.kv_type = kv == NPULLM_KV_F32 ? KvType::F32 : kv == NPULLM_KV_Q8_0 ? KvType::Q8_0 : KvType::F16;
   c.repack_weights = p.repack_weights != 0;
-  c.context_policy = p.context_policy == NPULLM_CONTEXT_TRUNCATE ? ContextPolicy::Truncate : ContextPolicy::Shift;
+  c.context_policy = policy == NPULLM_CONTEXT_TRUNCATE ? ContextPolicy::Truncate : ContextPolicy::Shift;
   c.n_keep = p.n_keep;
   if (p.chat_template) c.chat_template = p.chat_template;
   c.cut_long_prompts = p.cut_long_prompts != 0;

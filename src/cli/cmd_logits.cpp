@@ -15,26 +15,8 @@ struct LogitsOptions {
   RuntimeOptions rt;
 };
 
-std::vector<int32_t> parse_ids(const std::string& text) {
-  std::vector<int32_t> ids;
-  std::stringstream ss(text);
-  std::string item;
-  while (std::getline(ss, item, ',')) {
-    try {
-      size_t used = 0;
-      const long v = std::stol(item, &used);
-      if (used != item.size() || v < 0 || v > INT32_MAX) throw std::invalid_argument(item);
-      ids.push_back(static_cast<int32_t>(v));
-    } catch (const std::exception&) {
-      fail("--tokens: '{}' is not a token id (expected e.g. 1,2,3)", item);
-    }
-  }
-  if (ids.empty()) fail("--tokens: no token ids given");
-  return ids;
-}
-
 int run(LogitsOptions& o) {
-  const std::vector<int32_t> ids = parse_ids(o.tokens);
+  const std::vector<int32_t> ids = parse_token_ids(o.tokens);
   npuw::RuntimeConfig cfg = o.rt.resolve();
   // One prefill of all the tokens unless the user chose a chunk size.
   if (!o.rt.chunk_given) cfg.prefill_chunk = static_cast<int64_t>(ids.size());

@@ -4,13 +4,14 @@
 #include <nlohmann/json.hpp>
 
 #include "cli/commands.h"
+#include "common/error.h"
 
 namespace npullm::cli {
 
 namespace {
 
 struct RunOptions {
-  std::string model, prompt, system;
+  std::string model, prompt, system, tokens;
   bool json = false, chat = false;
   GenerateOptions go;
 };
@@ -18,10 +19,11 @@ struct RunOptions {
 int run(const RunOptions& o) {
   LLMPipeline pipe(o.model, o.go.pipeline_config());
   // With a chat template the prompt is one user turn; otherwise it is continued as it is.
-  const bool as_chat = o.chat || !o.go.chat_template.empty();
+  if (!o.tokens.empty() && !o.prompt.empty()) fail("--tokens and --prompt exclude each other");
+  const bool as_chat = o.tokens.empty() && (o.chat || !o.go.chat_template.empty());
   if (as_chat) pipe.start_chat(o.system);
   const bool stream = !o.json;
-  if (stream && !as_chat) {
+  if (stream && !as_chat && o.tokens.empty()) {
     fmt::print("{}", o.prompt);
     std::fflush(stdout);
   }
@@ -32,7 +34,9 @@ int run(const RunOptions& o) {
       std::fflush(stdout);
       return true;
     };
-  const GenerationResult r = pipe.generate(o.prompt, o.go.gen, streamer);
+  // --tokens: exactly these ids, no tokenizer and no template in the way (as `logits` takes them).
+  const GenerationResult r = o.tokens.empty() ? pipe.generate(o.prompt, o.go.gen, streamer)
+                                              : pipe.generate_ids(parse_token_ids(o.tokens), o.go.gen, streamer);
   const GenerationMetrics& m = r.metrics;
   if (o.json) {
     nlohmann::json j;
@@ -67,6 +71,7 @@ void add_run(CLI::App& app, Actions& actions) {
   CLI::App* cmd = app.add_subcommand("run", "generate text from a prompt (streamed to stdout)");
   cmd->add_option("-m,--model", o->model, "GGUF model file")->required()->check(CLI::ExistingFile);
   cmd->add_option("-p,--prompt", o->prompt, "prompt text (empty: start from BOS alone)");
+  cmd->add_option("--tokens", o->tokens, "start from these token ids (e.g. 1,2,3) instead of a prompt: no tokenizer, no template");
   cmd->add_flag("--chat", o->chat, "treat the prompt as one user turn of the chat template");
   cmd->add_option("--system", o->system, "system message (with --chat or --chat-template)");
   cmd->add_flag("--json", o->json, "print one JSON object (prompt_ids, ids, text, finish_reason, metrics) instead of streaming");

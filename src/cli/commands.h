@@ -51,6 +51,9 @@ struct GenerateOptions {
   PipelineConfig pipeline_config() const;
 };
 
+// "1,2,3" -> {1, 2, 3}; an npullm::Error naming the first item that is not a token id.
+std::vector<int32_t> parse_token_ids(const std::string& text);
+
 // The `metrics` object of --json output.
 nlohmann::json metrics_json(const GenerationMetrics& m);
 

@@ -6,6 +6,25 @@
 
 namespace npullm::cli {
 
+std::vector<int32_t> parse_token_ids(const std::string& text) {
+  std::vector<int32_t> ids;
+  std::stringstream ss(text);
+  std::string item;
+  while (std::getline(ss, item, ',')) {
+    try {
+      size_t used = 0;
+      const long v = std::stol(item, &used);
+      if (used != item.size() || v < 0 || v > INT32_MAX) throw std::invalid_argument(item);
+      ids.push_back(static_cast<int32_t>(v));
+    } catch (const std::exception&) {
+      fail("--tokens: '{}' is not a token id (expected e.g. 1,2,3)", item);
+    }
+  }
+  if (ids.empty()) fail("--tokens: no token ids given");
+  return ids;
+}
+
+
 void RuntimeOptions::add_to(CLI::App* cmd) {
   cmd->add_option("--prefill-chunk", cfg.prefill_chunk, "tokens per prefill blob run (P)")
       ->capture_default_str()
