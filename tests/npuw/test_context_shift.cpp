@@ -94,10 +94,13 @@ TEST_P(ContextShift, MovesRowsAndReRotatesKeys) {
           for (int64_t i = 0; i < hd; ++i) ASSERT_EQ(now[i], old[i]) << n << " row " << r << " i " << i;
           continue;
         }
-        // Turn back by `drop` positions: theta_i = -drop * freq_scale * base^(-2i/n_rot).
+        // Turn back by `drop` positions: theta_i = -drop * freq_scale * base^(-2i/n_rot), with the
+        // layer's own base (Gemma 3's local layers have theirs); dims past n_rot stay (Phi-3).
+        const int64_t layer = std::stoll(n.substr(4, n.find('.', 4) - 4));
+        const double base = hp.is_swa(layer) ? hp.rope_freq_base_swa : hp.rope_freq_base;
         std::vector<double> want(old, old + hd);
         for (int64_t i = 0; i < half; ++i) {
-          const double th = -double(drop) * hp.rope_freq_scale * std::pow(double(hp.rope_freq_base), -2.0 * double(i) / double(hp.n_rot));
+          const double th = -double(drop) * hp.rope_freq_scale * std::pow(base, -2.0 * double(i) / double(hp.n_rot));
           const int64_t ia = hp.rope_mode == 0 ? 2 * i : i, ib = hp.rope_mode == 0 ? 2 * i + 1 : i + half;
           want[ia] = old[ia] * std::cos(th) - old[ib] * std::sin(th);
           want[ib] = old[ia] * std::sin(th) + old[ib] * std::cos(th);
@@ -121,6 +124,13 @@ TEST_P(ContextShift, MovesRowsAndReRotatesKeys) {
   EXPECT_THROW(rt.shift(20, 20), Error);
 }
 
+std::string case_name(const ShiftCase& c) {
+  const std::string m = c.model;
+  for (const char* name : {"stories", "qwen3", "phi3", "gemma3", "qwen2", "llama"})
+    if (m.find(name) != std::string::npos) return std::string(name) + "_" + std::string(ggml_type_name(c.kv));
+  return "model_" + std::string(ggml_type_name(c.kv));
+}
+
 INSTANTIATE_TEST_SUITE_P(
     ModelsAndKvTypes, ContextShift,
     ::testing::Values(ShiftCase{"models/llama2c/stories260K.gguf", "stories", GgmlType::F32},
@@ -128,13 +138,12 @@ INSTANTIATE_TEST_SUITE_P(
                       ShiftCase{"golden/llama-spm.Q8_0.gguf", "golden/llama-spm.Q8_0.json", GgmlType::F32},
                       ShiftCase{"golden/llama-spm.Q8_0.gguf", "golden/llama-spm.Q8_0.json", GgmlType::F16},
                       ShiftCase{"golden/llama-spm.Q8_0.gguf", "golden/llama-spm.Q8_0.json", GgmlType::Q8_0},
-                      ShiftCase{"golden/qwen2-gpt2.Q4_0.gguf", "golden/qwen2-gpt2.Q4_0.json", GgmlType::Q8_0}),
-    [](const auto& info) {
-      std::string s = std::string(info.param.model).find("stories") != std::string::npos ? "stories260K"
-                      : std::string(info.param.model).find("qwen2") != std::string::npos ? "qwen2"
-                                                                                           : "llama";
-      return s + "_" + std::string(ggml_type_name(info.param.kv));
-    });
+                      ShiftCase{"golden/qwen2-gpt2.Q4_0.gguf", "golden/qwen2-gpt2.Q4_0.json", GgmlType::Q8_0},
+                      ShiftCase{"golden/arch/qwen3-gpt2.Q4_K_M.gguf", "golden/arch/qwen3-gpt2.Q4_K_M.json", GgmlType::F16},
+                      ShiftCase{"golden/arch/phi3-spm.Q4_K_M.gguf", "golden/arch/phi3-spm.Q4_K_M.json", GgmlType::F32},
+                      ShiftCase{"golden/arch/gemma3-spm.Q4_K_M.gguf", "golden/arch/gemma3-spm.Q4_K_M.json", GgmlType::F32},
+                      ShiftCase{"golden/arch/gemma3-spm.Q4_K_M.gguf", "golden/arch/gemma3-spm.Q4_K_M.json", GgmlType::Q8_0}),
+    [](const auto& info) { return case_name(info.param); });
 
 }  // namespace
 }  // namespace npullm
