@@ -102,13 +102,13 @@ TEST(CapiBasics, VersionAbiNamesAndFree) {
   EXPECT_STREQ(npullm_status_name(NPULLM_ERR_CONTEXT), "context");
   EXPECT_STREQ(npullm_status_name(NPULLM_ERR_OUT_OF_MEMORY), "out_of_memory");
   EXPECT_STREQ(npullm_status_name(NPULLM_ERR_INTERNAL), "internal");
-  EXPECT_STREQ(npullm_status_name(static_cast<npullm_status>(99)), "unknown");
+  EXPECT_STREQ(npullm_status_name(static_cast<npullm_status>(7)), "unknown");
   EXPECT_STREQ(npullm_finish_reason_name(NPULLM_FINISH_EOS), "eos");
   EXPECT_STREQ(npullm_finish_reason_name(NPULLM_FINISH_STOP_TOKEN), "stop_token");
   EXPECT_STREQ(npullm_finish_reason_name(NPULLM_FINISH_STOP_STRING), "stop_string");
   EXPECT_STREQ(npullm_finish_reason_name(NPULLM_FINISH_LENGTH), "length");
   EXPECT_STREQ(npullm_finish_reason_name(NPULLM_FINISH_CANCELLED), "cancelled");
-  EXPECT_STREQ(npullm_finish_reason_name(static_cast<npullm_finish_reason>(42)), "unknown");
+  EXPECT_STREQ(npullm_finish_reason_name(static_cast<npullm_finish_reason>(5)), "unknown");
   // Releasing nothing is fine everywhere.
   npullm_free(nullptr);
   npullm_model_free(nullptr);
@@ -156,7 +156,12 @@ TEST(CapiErrors, NullArgumentsAndBadOptionsAreInvalidArguments) {
   EXPECT_EQ(npullm_model_open("x.gguf", &p, &m), NPULLM_ERR_INVALID_ARGUMENT);
   EXPECT_NE(std::string(npullm_last_error()).find("prefill_chunk"), std::string::npos);
   p = npullm_model_default_params();
-  p.kv_type = static_cast<npullm_kv_type>(7);
+  const int bad_kv_type = 7;  // what a C caller may store in the field
+  std::memcpy(&p.kv_type, &bad_kv_type, sizeof bad_kv_type);
+  EXPECT_EQ(npullm_model_open("x.gguf", &p, &m), NPULLM_ERR_INVALID_ARGUMENT);
+  EXPECT_NE(std::string(npullm_last_error()).find("kv_type"), std::string::npos);
+  p = npullm_model_default_params();
+  std::memcpy(&p.context_policy, &bad_kv_type, sizeof bad_kv_type);
   EXPECT_EQ(npullm_model_open("x.gguf", &p, &m), NPULLM_ERR_INVALID_ARGUMENT);
   p = npullm_model_default_params();
   p.n_variants = 2;  // variants NULL
