@@ -243,8 +243,10 @@ TEST(BlobElf, OpNames) {
   EXPECT_STREQ(op_name(static_cast<uint32_t>(OpCode::Attention)), "Attention");
   EXPECT_STREQ(op_name(static_cast<uint32_t>(OpCode::SwiGlu)), "SwiGlu");
   EXPECT_STREQ(op_name(static_cast<uint32_t>(OpCode::GatherRows)), "GatherRows");
+  EXPECT_STREQ(op_name(static_cast<uint32_t>(OpCode::SliceCols)), "SliceCols");
+  EXPECT_STREQ(op_name(static_cast<uint32_t>(OpCode::GeGlu)), "GeGlu");
   EXPECT_STREQ(op_name(0), "?");
-  EXPECT_STREQ(op_name(10), "?");
+  EXPECT_STREQ(op_name(14), "?");
   EXPECT_STREQ(op_name(0xffffffffu), "?");
 }
 

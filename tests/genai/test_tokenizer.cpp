@@ -506,7 +506,7 @@ TEST(StreamDecoder, InvalidBytesBecomeReplacementAtOnce) {
 
 TEST(StreamDecoder, StripsLeadingSpaceOfFirstPieceOnly) {
   const std::string sp = "\xE2\x96\x81";
-  const Tokenizer tok(make_vocab({{sp + "hi", -1}}));
+  const Tokenizer tok(make_vocab({{sp + "hi", -1}}, true, /*space_prefix=*/true));
   const int32_t shi = id_of(tok, sp + "hi");
   StreamDecoder s(tok, true);
   EXPECT_EQ(s.push(1), "");  // BOS prints nothing and does not count as the first piece
