@@ -5,6 +5,7 @@
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
+#include <iostream>
 #include <sstream>
 #include <nlohmann/json.hpp>
 
@@ -17,21 +18,7 @@ namespace fs = std::filesystem;
 constexpr const char* kModel = "models/llama2c/stories260K.gguf";
 constexpr const char* kReference = "models/llama2c/stories260K.greedy-reference.json";
 
-struct Proc {
-  int rc;
-  std::string out, err;
-};
-
-// Runs a shell command, capturing stdout and stderr.
-Proc sh(const std::string& cmd) {
-  const fs::path dir = fs::temp_directory_path() / ("npullm-cli-" + std::to_string(::getpid()));
-  fs::create_directories(dir);
-  const std::string o = (dir / "out").string(), e = (dir / "err").string();
-  const int status = std::system((cmd + " >" + o + " 2>" + e).c_str());
-  return {WEXITSTATUS(status), test::read_file(o), test::read_file(e)};
-}
-
-std::string npullm() { return NPULLM_BINARY; }
+using test::Proc;
 
 fs::path fresh_dir(const std::string& name) {
   fs::path d = fs::temp_directory_path() / ("npullm-test-" + name + "-" + std::to_string(::getpid()));
@@ -43,10 +30,10 @@ fs::path fresh_dir(const std::string& name) {
 TEST(Cli, RunJsonMatchesLlama2cCaseA) {
   NPULLM_REQUIRE_SHARED(kModel);
   NPULLM_REQUIRE_SHARED(kReference);
-  Proc r = sh(npullm() + " run -m " + test::shared_path(kModel) + " -p 'Once upon a time' -n 200 --temp 0 --json --no-cache");
+  Proc r = test::run_npullm("run -m " + test::shared_path(kModel) + " -p 'Once upon a time' -n 200 --temp 0 --json --no-cache");
   ASSERT_EQ(r.rc, 0) << r.err;
   const auto j = nlohmann::json::parse(r.out);
-  const auto ref = nlohmann::json::parse(test::read_file(test::shared_path(kReference)));
+  const auto ref = test::stories_reference();
   const auto& c = ref["cases"][0];
   EXPECT_EQ(j["prompt_ids"], c["prompt_ids"]);
   auto seq = j["prompt_ids"].get<std::vector<int32_t>>();
@@ -67,8 +54,8 @@ TEST(Cli, RunJsonMatchesLlama2cCaseA) {
 TEST(Cli, WarmCacheCompilesNothingAndCorruptEntriesAreRebuilt) {
   NPULLM_REQUIRE_SHARED(kModel);
   const fs::path cache = fresh_dir("cache");
-  const std::string cmd = npullm() + " run -m " + test::shared_path(kModel) + " -p 'Once upon a time' -n 20 --json --variants 64,128 --cache-dir " + cache.string();
-  Proc cold = sh(cmd), warm = sh(cmd);
+  const std::string cmd = test::npullm_binary() + " run -m " + test::shared_path(kModel) + " -p 'Once upon a time' -n 20 --json --variants 64,128 --cache-dir " + cache.string();
+  Proc cold = test::run_shell(cmd), warm = test::run_shell(cmd);
   ASSERT_EQ(cold.rc, 0) << cold.err;
   ASSERT_EQ(warm.rc, 0) << warm.err;
   const auto jc = nlohmann::json::parse(cold.out), jw = nlohmann::json::parse(warm.out);
@@ -91,7 +78,7 @@ TEST(Cli, WarmCacheCompilesNothingAndCorruptEntriesAreRebuilt) {
     f.seekp(200);
     f.write(&b, 1);
   }
-  Proc again = sh(cmd);
+  Proc again = test::run_shell(cmd);
   ASSERT_EQ(again.rc, 0) << again.err;
   const auto ja = nlohmann::json::parse(again.out);
   EXPECT_EQ(ja["stats"]["compiled_blobs"], 1);
@@ -103,17 +90,17 @@ TEST(Cli, WarmCacheCompilesNothingAndCorruptEntriesAreRebuilt) {
 TEST(Cli, CompiledBlobsReadByReadelfAndCorruptionRefusedByInspect) {
   NPULLM_REQUIRE_SHARED(kModel);
   const fs::path out = fresh_dir("blobs");
-  Proc c = sh(npullm() + " compile -m " + test::shared_path(kModel) + " --variants 64,256 --prefill-chunk 16 --out " + out.string());
+  Proc c = test::run_npullm("compile -m " + test::shared_path(kModel) + " --variants 64,256 --prefill-chunk 16 --out " + out.string());
   ASSERT_EQ(c.rc, 0) << c.err;
   int n = 0;
   for (const auto& e : fs::directory_iterator(out)) {
     const std::string path = e.path().string();
     ++n;
-    Proc re = sh("readelf -a " + path);
+    Proc re = test::run_shell("readelf -a " + path);
     EXPECT_EQ(re.rc, 0) << path << ": " << re.err;
     EXPECT_EQ(re.err, "") << path;
     EXPECT_NE(re.out.find(".npu.tasks"), std::string::npos);
-    Proc ok = sh(npullm() + " inspect " + path);
+    Proc ok = test::run_npullm("inspect " + path);
     EXPECT_EQ(ok.rc, 0) << ok.err;
     EXPECT_NE(ok.out.find(path.find("rerotate") == std::string::npos ? "MatMul" : "Rope"), std::string::npos);
     EXPECT_NE(ok.out.find("memory plan"), std::string::npos);
@@ -125,7 +112,7 @@ TEST(Cli, CompiledBlobsReadByReadelfAndCorruptionRefusedByInspect) {
       bad[off] = static_cast<char>(bad[off] ^ 0x10);
       const std::string bad_path = path + ".bad";
       std::ofstream(bad_path, std::ios::binary).write(bad.data(), static_cast<std::streamsize>(bad.size()));
-      Proc r = sh(npullm() + " inspect " + bad_path);
+      Proc r = test::run_npullm("inspect " + bad_path);
       EXPECT_EQ(r.rc, 1) << "flipped byte at " << off << " accepted";
       EXPECT_NE(r.err.find("npullm: error:"), std::string::npos) << r.err;
     }
@@ -135,20 +122,20 @@ TEST(Cli, CompiledBlobsReadByReadelfAndCorruptionRefusedByInspect) {
 }
 
 TEST(Cli, BadInputGetsClearErrors) {
-  Proc missing = sh(npullm() + " run -m /nonexistent.gguf -p hi");
+  Proc missing = test::run_npullm("run -m /nonexistent.gguf -p hi");
   EXPECT_NE(missing.rc, 0);
   NPULLM_REQUIRE_SHARED(kModel);
-  Proc bad_variants = sh(npullm() + " run -m " + test::shared_path(kModel) + " --variants 64,abc --no-cache");
+  Proc bad_variants = test::run_npullm("run -m " + test::shared_path(kModel) + " --variants 64,abc --no-cache");
   EXPECT_EQ(bad_variants.rc, 1);
   EXPECT_NE(bad_variants.err.find("--variants"), std::string::npos) << bad_variants.err;
-  Proc too_big = sh(npullm() + " run -m " + test::shared_path(kModel) + " --variants 4096 --no-cache");
+  Proc too_big = test::run_npullm("run -m " + test::shared_path(kModel) + " --variants 4096 --no-cache");
   EXPECT_EQ(too_big.rc, 1);
   EXPECT_NE(too_big.err.find("context length"), std::string::npos) << too_big.err;
 }
 
 TEST(Cli, KvTypeOptionOnEveryRuntimeCommand) {
   for (const char* cmd : {"run", "chat", "bench", "compile", "logits"}) {
-    Proc h = sh(npullm() + " " + cmd + " --help");
+    Proc h = test::run_npullm(std::string(cmd) + " --help");
     EXPECT_EQ(h.rc, 0) << cmd;
     EXPECT_NE(h.out.find("--kv-type"), std::string::npos) << cmd << " --help lacks --kv-type";
   }
@@ -156,10 +143,10 @@ TEST(Cli, KvTypeOptionOnEveryRuntimeCommand) {
   NPULLM_REQUIRE_SHARED(kReference);
   const std::string m = " -m " + test::shared_path(kModel);
   // Upper case is accepted too; F32 and F16 both give llama2.c's greedy ids.
-  const auto ref = nlohmann::json::parse(test::read_file(test::shared_path(kReference)));
+  const auto ref = test::stories_reference();
   const auto want = ref["cases"][0]["next_ids"].get<std::vector<int32_t>>();
   for (const char* kv : {"F32", "f16"}) {
-    Proc r = sh(npullm() + " run" + m + " -p 'Once upon a time' -n 60 --temp 0 --json --no-cache --kv-type " + kv);
+    Proc r = test::run_npullm("run" + m + " -p 'Once upon a time' -n 60 --temp 0 --json --no-cache --kv-type " + kv);
     ASSERT_EQ(r.rc, 0) << kv << ": " << r.err;
     const auto j = nlohmann::json::parse(r.out);
     auto seq = j["prompt_ids"].get<std::vector<int32_t>>();
@@ -169,24 +156,24 @@ TEST(Cli, KvTypeOptionOnEveryRuntimeCommand) {
     EXPECT_EQ(seq, std::vector<int32_t>(want.begin(), want.begin() + 60)) << kv;
   }
   // Anything else is refused by name; Q8_0 needs a head size that is a multiple of 32 (this one's is 8).
-  Proc q4 = sh(npullm() + " run" + m + " -p hi --no-cache --kv-type q4_0");
+  Proc q4 = test::run_npullm("run" + m + " -p hi --no-cache --kv-type q4_0");
   EXPECT_EQ(q4.rc, 1);
   EXPECT_NE(q4.err.find("--kv-type: 'q4_0'"), std::string::npos) << q4.err;
-  Proc q8 = sh(npullm() + " logits" + m + " --tokens 1,2 --no-cache --kv-type Q8_0 --out /dev/null");
+  Proc q8 = test::run_npullm("logits" + m + " --tokens 1,2 --no-cache --kv-type Q8_0 --out /dev/null");
   EXPECT_EQ(q8.rc, 1);
   EXPECT_NE(q8.err.find("Q8_0 needs a head size that is a multiple of 32"), std::string::npos) << q8.err;
   // bench reports the type in its JSON.
-  Proc b = sh(npullm() + " bench" + m + " -p 8 -n 4 -r 1 --ttft-prompt 0 --json --no-cache --kv-type f32");
+  Proc b = test::run_npullm("bench" + m + " -p 8 -n 4 -r 1 --ttft-prompt 0 --json --no-cache --kv-type f32");
   ASSERT_EQ(b.rc, 0) << b.err;
   EXPECT_EQ(nlohmann::json::parse(b.out)["kv_type"], "f32");
   // compile: the state I/O of the blobs has the chosen type.
   const fs::path out = fresh_dir("kvblobs");
-  Proc c = sh(npullm() + " compile" + m + " --variants 64 --prefill-chunk 16 --kv-type f32 --out " + out.string());
+  Proc c = test::run_npullm("compile" + m + " --variants 64 --prefill-chunk 16 --kv-type f32 --out " + out.string());
   ASSERT_EQ(c.rc, 0) << c.err;
-  Proc i32 = sh(npullm() + " inspect " + (out / "generate-64.blob").string());
-  Proc c16 = sh(npullm() + " compile" + m + " --variants 64 --prefill-chunk 16 --out " + out.string());
+  Proc i32 = test::run_npullm("inspect " + (out / "generate-64.blob").string());
+  Proc c16 = test::run_npullm("compile" + m + " --variants 64 --prefill-chunk 16 --out " + out.string());
   ASSERT_EQ(c16.rc, 0) << c16.err;
-  Proc i16 = sh(npullm() + " inspect " + (out / "generate-64.blob").string());
+  Proc i16 = test::run_npullm("inspect " + (out / "generate-64.blob").string());
   auto key_line = [](const std::string& text) {
     const size_t at = text.find("blk.0.key ");
     return at == std::string::npos ? std::string() : text.substr(at, text.find('\n', at) - at);
@@ -207,7 +194,7 @@ namespace {
 // rates are positive, no K/V byte is copied per token, a prompt that fills the chunk pads nothing.
 TEST(CliTools, BenchJsonReportsTheIssueFields) {
   NPULLM_REQUIRE_SHARED(kModel);
-  Proc r = sh(npullm() + " bench -m " + test::shared_path(kModel) + " -p 32 -n 8 -r 2 --ttft-prompt 8 -t 1 --json --no-cache");
+  Proc r = test::run_npullm("bench -m " + test::shared_path(kModel) + " -p 32 -n 8 -r 2 --ttft-prompt 8 -t 1 --json --no-cache");
   ASSERT_EQ(r.rc, 0) << r.err;
   const auto j = nlohmann::json::parse(r.out);
   for (const char* key : {"model", "threads", "pp", "tg", "ttft_ms", "peak_rss_bytes", "kv_bytes_copied_per_token",
@@ -226,7 +213,7 @@ TEST(CliTools, BenchJsonReportsTheIssueFields) {
   EXPECT_LT(j["padded_fraction"].get<double>(), 0.5) << "the 8-token TTFT prompt runs the 8-row ladder blob";
   EXPECT_GT(j["roofline_fraction"].get<double>(), 0.0);
 
-  Proc bad = sh(npullm() + " bench -m " + test::shared_path(kModel) + " -p 100000 -n 8 -r 1 --no-cache");
+  Proc bad = test::run_npullm("bench -m " + test::shared_path(kModel) + " -p 100000 -n 8 -r 1 --no-cache");
   EXPECT_NE(bad.rc, 0);
   EXPECT_NE(bad.err.find("too small"), std::string::npos) << bad.err;
 }
@@ -234,18 +221,34 @@ TEST(CliTools, BenchJsonReportsTheIssueFields) {
 TEST(CliTools, TokenizeMatchesTheLlamaCppVector) {
   NPULLM_REQUIRE_SHARED("models/vocab/ggml-vocab-llama-spm.gguf");
   // Case "Hello world" of the llama-spm vectors: " 15043 3186".
-  Proc r = sh(npullm() + " tokenize -m " + test::shared_path("models/vocab/ggml-vocab-llama-spm.gguf") + " --no-special 'Hello world'");
+  Proc r = test::run_npullm("tokenize -m " + test::shared_path("models/vocab/ggml-vocab-llama-spm.gguf") + " --no-special 'Hello world'");
   ASSERT_EQ(r.rc, 0) << r.err;
   EXPECT_EQ(r.out, "15043 3186\n");
 }
 
-TEST(CliTools, LogitsWritesOneRowPerToken) {
+// `npullm logits` writes one row of float32 logits per token: with an F32 K/V cache they are
+// llama2.c's (case A, positions 0..7), within 2e-5.
+TEST(CliTools, LogitsAreLlama2cLogitsOneRowPerToken) {
   NPULLM_REQUIRE_SHARED(kModel);
+  NPULLM_REQUIRE_SHARED(kReference);
+  const auto rows = test::stories_reference()["cases"][0]["logits"];
+  ASSERT_EQ(rows.size(), 8u);
+  std::string ids;
+  for (const auto& row : rows) ids += (ids.empty() ? "" : ",") + std::to_string(row["input_token"].get<int32_t>());
   const fs::path out = fresh_dir("logits") / "l.f32";
-  Proc r = sh(npullm() + " logits -m " + test::shared_path(kModel) + " --tokens 1,403,407 --no-cache --out " + out.string());
+  Proc r = test::run_npullm("logits -m " + test::shared_path(kModel) + " --tokens " + ids + " --kv-type f32 --no-cache --out " + out.string());
   ASSERT_EQ(r.rc, 0) << r.err;
-  EXPECT_EQ(fs::file_size(out), 3u * 512 * 4);
-  Proc bad = sh(npullm() + " logits -m " + test::shared_path(kModel) + " --tokens 1,x --out " + out.string());
+  ASSERT_EQ(fs::file_size(out), 8u * 512 * 4);
+  const std::vector<float> got = test::read_logits(out.string(), 8 * 512);
+  double worst = 0;
+  for (size_t pos = 0; pos < 8; ++pos) {
+    const auto want = rows[pos]["logits"].get<std::vector<float>>();
+    ASSERT_EQ(want.size(), 512u);
+    for (size_t v = 0; v < 512; ++v) worst = std::max(worst, std::fabs(double(got[pos * 512 + v]) - want[v]));
+  }
+  std::cout << "[          ] max |logit - llama2.c| = " << worst << "\n";
+  EXPECT_LT(worst, 2e-5);  // measured 1.24e-5 (llama2.c's file holds its floats to about 1e-5)
+  Proc bad = test::run_npullm("logits -m " + test::shared_path(kModel) + " --tokens 1,x --out " + out.string());
   EXPECT_EQ(bad.rc, 1);
   EXPECT_NE(bad.err.find("--tokens"), std::string::npos) << bad.err;
 }
@@ -256,7 +259,7 @@ TEST(CliTools, ChatJsonReportsEveryTurnWithItsMetrics) {
   const std::string tmpl = (dir / "t.jinja").string();
   std::ofstream(tmpl) << "{% for m in messages %}{{ m['role'] }}: {{ m['content'] }}\n{% endfor %}{% if add_generation_prompt %}assistant:{% endif %}";
   std::ofstream(dir / "in.txt") << "Tell me about a dog.\n/stats\nWhat did the dog do?\n";
-  Proc r = sh(npullm() + " chat -m " + test::shared_path(kModel) + " --chat-template " + tmpl +
+  Proc r = test::run_npullm("chat -m " + test::shared_path(kModel) + " --chat-template " + tmpl +
               " --json -n 12 --no-cache --variants 256 < " + (dir / "in.txt").string());
   ASSERT_EQ(r.rc, 0) << r.err;
   std::stringstream lines(r.out);

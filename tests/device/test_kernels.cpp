@@ -17,6 +17,7 @@
 #include "common/error.h"
 #include "device/cpu/kernels.h"
 #include "formats/ggml_types.h"
+#include "test_util.h"
 
 namespace npullm::cpu {
 namespace {
@@ -30,7 +31,7 @@ void force_best() {
   if (!kernel_force_isa("amx") && !kernel_force_isa("avx512") && !kernel_force_isa("avx2")) kernel_force_isa("scalar");
 }
 
-bool same_bits(float a, float b) { return std::memcmp(&a, &b, 4) == 0; }
+using test::same_bits;
 
 // got equals want bit for bit; the first difference is named.
 ::testing::AssertionResult bits_equal(const std::vector<float>& got, const std::vector<float>& want) {
@@ -339,7 +340,7 @@ std::vector<double> act_quant_bound(const std::vector<float>& x, int64_t M, cons
 class KernelIsa : public ::testing::TestWithParam<const char*> {
  protected:
   void SetUp() override {
-    if (!kernel_force_isa(GetParam())) GTEST_SKIP() << "this CPU cannot run the " << GetParam() << " path";
+    if (!kernel_force_isa(GetParam())) NPULLM_SKIP_UNSUPPORTED(std::string("this CPU cannot run the ") + GetParam() + " path");
     ASSERT_STREQ(kernel_isa(), GetParam());
   }
   void TearDown() override { force_best(); }
@@ -656,7 +657,7 @@ TEST_P(KernelIsa, Int8MatmulPanels16MatchesModelBitForBit) {
 // The AMX path (where this CPU and build have it) against the AVX-512 VNNI path at model-like
 // shapes, bit for bit: both quantise x the same way and compute the same integers and chains.
 TEST(KernelAmx, MatchesVnniBitForBit) {
-  if (!kernel_force_isa("amx")) GTEST_SKIP() << "this CPU or build has no AMX path";
+  if (!kernel_force_isa("amx")) NPULLM_SKIP_UNSUPPORTED("this CPU or build has no AMX path");
   struct Shape { int64_t M, N, K; };
   const Shape shapes[] = {{3, 40, 512}, {64, 96, 2048}, {77, 70, 1024}, {130, 48, 768}};
   uint32_t seed = 1300;

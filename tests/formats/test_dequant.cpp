@@ -216,31 +216,8 @@ TEST_P(DequantGolden, MatchesLlamaCppBitForBit) {
 INSTANTIATE_TEST_SUITE_P(Types, DequantGolden, ::testing::ValuesIn(kGolden),
                          [](const auto& info) { return std::string(info.param.name); });
 
-// The types quantize_row supports; llama-quantize used its reference quantisers for them.
-const Golden kQuantGolden[] = {
-    {GgmlType::F16, "F16"}, {GgmlType::BF16, "BF16"}, {GgmlType::Q4_0, "Q4_0"}, {GgmlType::Q8_0, "Q8_0"}};
-
-class QuantGolden : public ::testing::TestWithParam<Golden> {};
-
-// Quantising the source tensor with the reference quantiser gives llama-quantize's bytes.
-TEST_P(QuantGolden, ReproducesLlamaQuantizeBytes) {
-  const Golden g = GetParam();
-  const std::string base = std::string("golden/dequant/") + g.name;
-  NPULLM_REQUIRE_SHARED(base + ".bin");
-  NPULLM_REQUIRE_SHARED("golden/dequant/source.f32");
-  const std::string bin = test::read_file(test::shared_path(base + ".bin"));
-  const std::vector<float> src = as_floats(test::read_file(test::shared_path("golden/dequant/source.f32")));
-  ASSERT_EQ(src.size(), static_cast<size_t>(kRows * kCols));
-  const size_t row_bytes = ggml_row_bytes(g.type, kCols);
-  std::vector<uint8_t> q(row_bytes * kRows);
-  for (int64_t r = 0; r < kRows; ++r)
-    quantize_row(g.type, src.data() + r * kCols, q.data() + r * row_bytes, kCols);
-  ASSERT_EQ(bin.size(), q.size());
-  EXPECT_EQ(std::memcmp(q.data(), bin.data(), q.size()), 0);
-}
-
-INSTANTIATE_TEST_SUITE_P(Types, QuantGolden, ::testing::ValuesIn(kQuantGolden),
-                         [](const auto& info) { return std::string(info.param.name); });
+// Quantising the source tensor gives llama-quantize's bytes: Quantize.MatchesLlamaQuantizeByteForByte
+// (tests/formats/test_quantize.cpp), for every type quantize_row supports.
 
 TEST(Dequant, F32IsACopy) {
   const float x[3] = {1.5f, -0.0f, 3e-40f};

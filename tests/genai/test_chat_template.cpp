@@ -362,18 +362,9 @@ TEST(ChatTemplateEngine, ChatTemplateVariables) {
 // ---- npullm chat-template ------------------------------------------------------------------
 
 #ifdef NPULLM_BINARY
-struct CliResult {
-  int rc;
-  std::string out, err;
-};
+using CliResult = test::Proc;
 
-CliResult run_cli(const std::string& args) {
-  const std::filesystem::path dir = std::filesystem::temp_directory_path() / ("npullm-chat-template-" + std::to_string(::getpid()));
-  std::filesystem::create_directories(dir);
-  const std::string o = (dir / "out").string(), e = (dir / "err").string();
-  const int status = std::system((std::string(NPULLM_BINARY) + " chat-template " + args + " >" + o + " 2>" + e).c_str());
-  return {WEXITSTATUS(status), test::read_file(o), test::read_file(e)};
-}
+CliResult run_cli(const std::string& args) { return test::run_npullm("chat-template " + args); }
 
 std::string write_temp(const std::string& name, const std::string& text) {
   const std::filesystem::path p = std::filesystem::temp_directory_path() / (std::to_string(::getpid()) + "-" + name);

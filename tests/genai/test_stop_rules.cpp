@@ -203,18 +203,7 @@ TEST(StopMatcher, RejectsEmptyAndInvalidStopStrings) {
 // ---------------------------------------------------------------------------------------------
 // streaming = cutting the whole text, however it is split
 
-bool valid_utf8(const std::string& s) {
-  size_t i = 0;
-  while (i < s.size()) {
-    const auto b = static_cast<unsigned char>(s[i]);
-    const size_t n = b < 0x80 ? 1 : (b >> 5) == 6 ? 2 : (b >> 4) == 14 ? 3 : (b >> 3) == 30 ? 4 : 0;
-    if (n == 0 || i + n > s.size()) return false;
-    for (size_t k = 1; k < n; ++k)
-      if ((static_cast<unsigned char>(s[i + k]) & 0xC0) != 0x80) return false;
-    i += n;
-  }
-  return true;
-}
+using test::is_valid_utf8;
 
 TEST(StopMatcher, StreamingEqualsCuttingTheWholeTextForAnySplit) {
   // Small alphabets make overlaps and near-misses common; "é" adds multibyte characters.
@@ -256,7 +245,7 @@ TEST(StopMatcher, StreamingEqualsCuttingTheWholeTextForAnySplit) {
     ASSERT_EQ(t.text, want) << ctx;
     ASSERT_EQ(t.stopped, which.has_value()) << ctx;
     ASSERT_EQ(t.matched, which) << ctx;
-    for (const std::string& s : t.steps) ASSERT_TRUE(valid_utf8(s)) << ctx << ": released a split character";
+    for (const std::string& s : t.steps) ASSERT_TRUE(is_valid_utf8(s)) << ctx << ": released a split character";
   }
 }
 

@@ -14,6 +14,7 @@
 #include "formats/gguf.h"
 #include "genai/tokenizer.h"
 #include "test_util.h"
+#include "tokenizer_vectors.h"
 
 namespace npullm::genai {
 namespace {
@@ -26,105 +27,12 @@ using test::shared_path;
 
 using test::error_of;
 
-// Strict UTF-8 check, written independently of the tokenizer's own validator.
-bool is_valid_utf8(const std::string& s) {
-  size_t i = 0;
-  while (i < s.size()) {
-    const auto c = static_cast<unsigned char>(s[i]);
-    size_t n;
-    uint32_t cp;
-    if (c < 0x80) {
-      n = 1;
-      cp = c;
-    } else if ((c >> 5) == 0x6) {
-      n = 2;
-      cp = c & 0x1F;
-    } else if ((c >> 4) == 0xE) {
-      n = 3;
-      cp = c & 0x0F;
-    } else if ((c >> 3) == 0x1E) {
-      n = 4;
-      cp = c & 0x07;
-    } else {
-      return false;
-    }
-    if (i + n > s.size()) return false;
-    for (size_t k = 1; k < n; ++k) {
-      const auto cc = static_cast<unsigned char>(s[i + k]);
-      if ((cc >> 6) != 0x2) return false;
-      cp = (cp << 6) | (cc & 0x3F);
-    }
-    static const uint32_t min_cp[] = {0, 0, 0x80, 0x800, 0x10000};
-    if (cp < min_cp[n] || cp > 0x10FFFF || (cp >= 0xD800 && cp <= 0xDFFF)) return false;
-    i += n;
-  }
-  return true;
-}
-
-std::string ids_to_line(const std::vector<int32_t>& ids) {
-  std::string line;
-  for (int32_t id : ids) line += " " + std::to_string(id);
-  return line;
-}
-
-// The .inp/.out pair of a llama.cpp vocab test (format: ../shared/models/README.md section 3).
-struct VocabCases {
-  std::vector<std::string> texts;
-  std::vector<std::string> expected;  // one line per text: " id id id"
-};
-
-VocabCases load_cases(const std::string& inp_path, const std::string& out_path) {
-  VocabCases c;
-  const std::string inp = read_file(inp_path);
-  const std::string sep = "\n__ggml_vocab_test__\n";
-  for (size_t pos = 0, next; (next = inp.find(sep, pos)) != std::string::npos;
-       pos = next + sep.size())
-    c.texts.push_back(inp.substr(pos, next - pos));
-  // The last case may end without a separator (newer files): the rest of the file is a case then.
-  if (const size_t last = inp.rfind(sep); inp.size() > (last == std::string::npos ? 0 : last + sep.size()))
-    c.texts.push_back(inp.substr(last == std::string::npos ? 0 : last + sep.size()));
-  const std::string out = read_file(out_path);
-  for (size_t pos = 0, next; (next = out.find('\n', pos)) != std::string::npos; pos = next + 1)
-    c.expected.push_back(out.substr(pos, next - pos));
-  return c;
-}
+using test::is_valid_utf8;
+using test_vectors::check_vectors;
 
 Tokenizer load_tokenizer(const std::string& rel) {
   auto f = GgufFile::open(shared_path(rel));
   return Tokenizer(Vocab::from_gguf(*f));
-}
-
-// Encodes every case (no BOS, as llama.cpp's test-tokenizer-0 does) and compares with the .out
-// line; also checks that decoding gives the text back and that streaming gives the same text.
-void check_vocab_vectors(const Tokenizer& tok, const std::string& vectors_rel) {
-  const VocabCases c =
-      load_cases(shared_path(vectors_rel + ".inp"), shared_path(vectors_rel + ".out"));
-  ASSERT_EQ(c.texts.size(), 46u) << "expected llama.cpp's 46 standard cases";
-  ASSERT_EQ(c.expected.size(), c.texts.size());
-  size_t passed = 0;
-  for (size_t i = 0; i < c.texts.size(); ++i) {
-    const std::string& text = c.texts[i];
-    const std::vector<int32_t> ids = tok.encode(text, /*add_bos=*/false);
-    const std::string got = ids_to_line(ids);
-    EXPECT_EQ(got, c.expected[i]) << "case " << i << " text [" << text << "]";
-    if (got == c.expected[i]) ++passed;
-
-    // Byte fallback makes SentencePiece lossless: the text comes back once the dummy-prefix space
-    // is dropped.
-    EXPECT_EQ(tok.decode(ids, /*strip_leading_space=*/true), text) << "round trip, case " << i;
-
-    StreamDecoder stream(tok, /*strip_leading_space=*/true);
-    std::string streamed;
-    for (int32_t id : ids) {
-      const std::string piece = stream.push(id);
-      EXPECT_TRUE(is_valid_utf8(piece)) << "case " << i << " streamed invalid UTF-8";
-      streamed += piece;
-    }
-    streamed += stream.flush();
-    EXPECT_EQ(streamed, text) << "stream, case " << i;
-  }
-  std::cout << "[          ] " << vectors_rel << ": " << passed << "/" << c.texts.size()
-            << " cases match\n";
 }
 
 // A small hand-built SentencePiece vocab: <unk>, <s>, </s>, optionally the 256 byte tokens, then
@@ -169,7 +77,8 @@ int32_t byte_id(uint8_t b) { return 3 + b; }  // in make_vocab(with_bytes=true)
 // ---------------------------------------------------------------------------------------------
 // llama.cpp tokenizer vectors
 
-TEST(TokenizerVectors, LlamaSpm) {
+// Its vectors run in TokenizerVectorsFound.EveryPairInTheVocabFolder; here the header.
+TEST(TokenizerVectors, LlamaSpmHeader) {
   NPULLM_REQUIRE_SHARED("models/vocab/ggml-vocab-llama-spm.gguf");
   const Tokenizer tok = load_tokenizer("models/vocab/ggml-vocab-llama-spm.gguf");
   EXPECT_EQ(tok.n_vocab(), 32000);
@@ -178,7 +87,6 @@ TEST(TokenizerVectors, LlamaSpm) {
   EXPECT_EQ(tok.vocab().unk, 0);
   EXPECT_TRUE(tok.vocab().add_bos);
   EXPECT_TRUE(tok.vocab().add_space_prefix);
-  check_vocab_vectors(tok, "models/vocab/ggml-vocab-llama-spm.gguf");
 }
 
 // A chat turn's new text continues the conversation's text: tokenized on its own with
@@ -198,13 +106,12 @@ TEST(TokenizerVectors, LlamaSpmContinuationHasNoDummyPrefix) {
   EXPECT_EQ(tok.encode("</s>" + b, false, true, true), tok.encode("</s>" + b, false, true));
 }
 
-TEST(TokenizerVectors, Phi3) {
+TEST(TokenizerVectors, Phi3Header) {
   NPULLM_REQUIRE_SHARED("models/vocab/ggml-vocab-phi-3.gguf");
   const Tokenizer tok = load_tokenizer("models/vocab/ggml-vocab-phi-3.gguf");
   EXPECT_EQ(tok.n_vocab(), 32064);
   EXPECT_EQ(tok.bos(), 1);
   EXPECT_EQ(tok.eos(), 32000);
-  check_vocab_vectors(tok, "models/vocab/ggml-vocab-phi-3.gguf");
 }
 
 // Same Llama-2 vocab as llama-spm but without an add_bos_token key: the default must be true.
@@ -214,14 +121,14 @@ TEST(TokenizerVectors, OllamaTinyRandomSharesLlamaVocab) {
   const Tokenizer tok = load_tokenizer("models/ollama/llama-2-tiny-random.gguf");
   EXPECT_TRUE(tok.vocab().add_bos);
   EXPECT_EQ(tok.encode("Hello world", true), (std::vector<int32_t>{1, 15043, 3186}));
-  check_vocab_vectors(tok, "models/vocab/ggml-vocab-llama-spm.gguf");
+  EXPECT_EQ(check_vectors(tok, shared_path("models/vocab/ggml-vocab-llama-spm.gguf"), "llama-spm (llama-2-tiny-random.gguf)"), 46u);
 }
 
 // Long input: the merge loop is a priority queue over a linked list, so a few hundred KB is quick.
 TEST(TokenizerVectors, LongInputRoundTrips) {
   NPULLM_REQUIRE_SHARED("models/vocab/ggml-vocab-llama-spm.gguf");
   const Tokenizer tok = load_tokenizer("models/vocab/ggml-vocab-llama-spm.gguf");
-  const VocabCases c = load_cases(shared_path("models/vocab/ggml-vocab-llama-spm.gguf.inp"),
+  const test::VocabCases c = test::load_vocab_cases(shared_path("models/vocab/ggml-vocab-llama-spm.gguf.inp"),
                                   shared_path("models/vocab/ggml-vocab-llama-spm.gguf.out"));
   std::string text;
   while (text.size() < 300'000)
@@ -260,8 +167,7 @@ TEST(TokenizerStories, PromptAndGreedyReferenceText) {
   const Tokenizer tok = load_tokenizer("models/llama2c/stories260K.gguf");
   EXPECT_EQ(tok.encode("Once upon a time", true), (std::vector<int32_t>{1, 403, 407, 261, 378}));
 
-  const auto ref = nlohmann::json::parse(
-      read_file(shared_path("models/llama2c/stories260K.greedy-reference.json")));
+  const auto ref = test::stories_reference();
   ASSERT_FALSE(ref.at("cases").empty());
   for (const auto& c : ref.at("cases")) {
     const std::string name = c.at("name");

@@ -43,7 +43,7 @@ GgufWriter tiny(const std::string& arch, GgmlType down_type = GgmlType::F32, con
   return w;
 }
 
-std::string error_of(const std::vector<uint8_t>& bytes, bool tokenizer = false) {
+std::string load_error(const std::vector<uint8_t>& bytes, bool tokenizer = false) {
   try {
     auto f = GgufFile::from_memory(bytes.data(), bytes.size(), "t.gguf");
     if (tokenizer) {
@@ -58,22 +58,22 @@ std::string error_of(const std::vector<uint8_t>& bytes, bool tokenizer = false) 
   return "";
 }
 
-TEST(Unsupported, TheValidTinyModelBuilds) { EXPECT_EQ(error_of(tiny("llama").serialize()), ""); }
+TEST(Unsupported, TheValidTinyModelBuilds) { EXPECT_EQ(load_error(tiny("llama").serialize()), ""); }
 
 TEST(Unsupported, ArchitectureIsNamed) {
-  const std::string e = error_of(tiny("rwkv6").serialize());
+  const std::string e = load_error(tiny("rwkv6").serialize());
   EXPECT_NE(e.find("architecture 'rwkv6' is not supported"), std::string::npos) << e;
 }
 
 TEST(Unsupported, TensorTypeIsNamed) {
-  EXPECT_EQ(error_of(tiny("llama", GgmlType::Q4_K).serialize()), "");  // a K-quant computes
+  EXPECT_EQ(load_error(tiny("llama", GgmlType::Q4_K).serialize()), "");  // a K-quant computes
   // IQ2_XXS: a type the file format knows but npullm cannot compute with (yet).
-  const std::string e = error_of(tiny("llama", GgmlType::IQ2_XXS).serialize());
+  const std::string e = load_error(tiny("llama", GgmlType::IQ2_XXS).serialize());
   EXPECT_NE(e.find("'blk.0.ffn_down.weight' has type IQ2_XXS"), std::string::npos) << e;
 }
 
 TEST(Unsupported, UnknownTensorIsNamed) {
-  const std::string e = error_of(tiny("llama", GgmlType::F32, "blk.0.attn_q_norm.weight").serialize());
+  const std::string e = load_error(tiny("llama", GgmlType::F32, "blk.0.attn_q_norm.weight").serialize());
   EXPECT_NE(e.find("'blk.0.attn_q_norm.weight'"), std::string::npos) << e;
 }
 
@@ -81,7 +81,7 @@ TEST(Unsupported, TokenizerModelIsNamed) {
   GgufWriter w = tiny("llama");
   w.add_string("tokenizer.ggml.model", "rwkv");
   w.add_string_array("tokenizer.ggml.tokens", {"a", "b"});
-  const std::string e = error_of(w.serialize(), /*tokenizer=*/true);
+  const std::string e = load_error(w.serialize(), /*tokenizer=*/true);
   EXPECT_NE(e.find("rwkv"), std::string::npos) << e;
 }
 
@@ -97,7 +97,7 @@ TEST(Unsupported, LongRopeFactorsAreNamed) {
   auto f = GgufFile::open(test::shared_path("golden/arch/phi3-spm.Q4_K_M.gguf"));
   const auto hp = model::HParams::from_gguf(*f);
   EXPECT_EQ(test::error_of([&] { model::build_llama_graph(hp, *f, GgmlType::F16); }), "");
-  const std::string e = error_of(tiny("phi3", GgmlType::F32, "rope_factors_long.weight").serialize());
+  const std::string e = load_error(tiny("phi3", GgmlType::F32, "rope_factors_long.weight").serialize());
   EXPECT_NE(e.find("'rope_factors_long.weight' (LongRoPE"), std::string::npos) << e;
 }
 

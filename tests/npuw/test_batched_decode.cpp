@@ -30,10 +30,7 @@ struct Model {
 };
 
 std::vector<int32_t> stories_tokens() {
-  const auto ref = nlohmann::json::parse(test::read_file(test::shared_path("models/llama2c/stories260K.greedy-reference.json")));
-  std::vector<int32_t> t{1};
-  for (int32_t id : ref["cases"][0]["next_ids"].get<std::vector<int32_t>>()) t.push_back(id);
-  return t;
+  return test::stories_sequence();
 }
 
 std::vector<int32_t> golden_tokens() {

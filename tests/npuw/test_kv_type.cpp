@@ -38,14 +38,7 @@ npuw::RuntimeConfig config(GgmlType kv, int64_t chunk, std::vector<int64_t> vari
   return c;
 }
 
-std::string error_of(const std::function<void()>& f) {
-  try {
-    f();
-  } catch (const Error& e) {
-    return e.what();
-  }
-  return "";
-}
+using test::error_of;
 
 // Per-position comparison of two logit matrices [rows][V]: KL(softmax(ref) || softmax(ours)) in
 // double (mean and max over positions), max |difference|, and top-1 agreement.
@@ -59,19 +52,8 @@ Diff compare(const std::vector<float>& ref, const std::vector<float>& ours, size
   for (size_t r = 0; r < rows; ++r) {
     const float* a = ref.data() + r * V;
     const float* b = ours.data() + r * V;
-    auto lse = [&](const float* x) {
-      double mx = -1e300, s = 0;
-      for (size_t v = 0; v < V; ++v) mx = std::max(mx, double(x[v]));
-      for (size_t v = 0; v < V; ++v) s += std::exp(double(x[v]) - mx);
-      return mx + std::log(s);
-    };
-    const double la = lse(a), lb = lse(b);
-    double kl = 0;
-    for (size_t v = 0; v < V; ++v) {
-      const double pa = double(a[v]) - la, pb = double(b[v]) - lb;
-      kl += std::exp(pa) * (pa - pb);
-      d.max_abs = std::max(d.max_abs, std::fabs(double(a[v]) - b[v]));
-    }
+    const double kl = test::kl_row({a, V}, {b, V});
+    for (size_t v = 0; v < V; ++v) d.max_abs = std::max(d.max_abs, std::fabs(double(a[v]) - b[v]));
     d.kl_mean += kl / double(rows);
     d.kl_max = std::max(d.kl_max, kl);
     d.top1_agree += genai::argmax({a, V}) == genai::argmax({b, V});
@@ -167,7 +149,7 @@ TEST(KvType, UnsupportedTypesAreRefusedByName) {
 TEST(KvType, F16GreedyEqualsF32OnTheLlama2cCases) {
   NPULLM_REQUIRE_SHARED(kStories);
   NPULLM_REQUIRE_SHARED(kReference);
-  const auto ref = nlohmann::json::parse(test::read_file(test::shared_path(kReference)));
+  const auto ref = test::stories_reference();
   for (const auto& c : ref["cases"]) {
     const std::string name = c["name"].get<std::string>();
     const auto want = c["next_ids"].get<std::vector<int32_t>>();
@@ -205,9 +187,7 @@ TEST(KvType, F16GreedyEqualsF32OnTheLlama2cCases) {
 TEST(KvType, F16LogitsStayCloseToF32OnStories) {
   NPULLM_REQUIRE_SHARED(kStories);
   NPULLM_REQUIRE_SHARED(kReference);
-  const auto ref = nlohmann::json::parse(test::read_file(test::shared_path(kReference)));
-  std::vector<int32_t> tokens{1};
-  for (int32_t id : ref["cases"][0]["next_ids"].get<std::vector<int32_t>>()) tokens.push_back(id);
+  std::vector<int32_t> tokens = test::stories_sequence();
   tokens.resize(200);
   const auto f32 = prefill_logits(kStories, GgmlType::F32, tokens, 64, {256});
   const auto f16 = prefill_logits(kStories, GgmlType::F16, tokens, 64, {256});

@@ -19,9 +19,7 @@ constexpr const char* kModel = "models/llama2c/stories260K.gguf";
 constexpr const char* kReference = "models/llama2c/stories260K.greedy-reference.json";
 
 std::vector<int32_t> reference_tokens(size_t n) {
-  const auto ref = nlohmann::json::parse(test::read_file(test::shared_path(kReference)));
-  std::vector<int32_t> tokens{1};
-  for (int32_t id : ref["cases"][0]["next_ids"].get<std::vector<int32_t>>()) tokens.push_back(id);
+  std::vector<int32_t> tokens = test::stories_sequence();
   tokens.resize(n);
   return tokens;
 }
@@ -36,9 +34,7 @@ npuw::RuntimeConfig config(int64_t chunk, bool all_logits) {
   return cfg;
 }
 
-bool same_bits(std::span<const float> a, std::span<const float> b) {
-  return a.size() == b.size() && std::memcmp(a.data(), b.data(), a.size() * sizeof(float)) == 0;
-}
+using test::same_bits;
 
 TEST(PrefillLogits, LastTokenLogitsAreThatRowOfTheAllLogitsRun) {
   NPULLM_REQUIRE_SHARED(kModel);

@@ -19,7 +19,7 @@ constexpr const char* kModel = "models/llama2c/stories260K.gguf";
 constexpr const char* kReference = "models/llama2c/stories260K.greedy-reference.json";
 
 nlohmann::json reference_case(const std::string& name) {
-  const auto ref = nlohmann::json::parse(test::read_file(test::shared_path(kReference)));
+  const auto ref = test::stories_reference();
   for (const auto& c : ref["cases"])
     if (c["name"].get<std::string>().rfind(name, 0) == 0) return c;
   ADD_FAILURE() << "no case " << name;

@@ -17,6 +17,7 @@
 #include "formats/gguf.h"
 #include "model/synth.h"
 #include "npuw/llm_runtime.h"
+#include "test_util.h"
 
 namespace npullm {
 namespace {
@@ -52,13 +53,11 @@ RunResult run(const std::string& model, bool repack, const std::string& cache_di
   return r;
 }
 
-bool same_bits(const std::vector<float>& a, const std::vector<float>& b) {
-  return a.size() == b.size() && std::memcmp(a.data(), b.data(), a.size() * sizeof(float)) == 0;
-}
+using test::same_bits;
 
 TEST(WeightRepack, SameLogitsBuiltOnceThenMappedRebuiltWhenDamagedOrStale) {
   if (cpu::create_cpu_device(1)->panels16_types().empty())
-    GTEST_SKIP() << "this CPU's device keeps every weight in the GGUF layout (no AVX-512)";
+    NPULLM_SKIP_UNSUPPORTED("this CPU's device keeps every weight in the GGUF layout (no AVX-512)");
   const fs::path dir = fs::temp_directory_path() / ("npullm-repack-" + std::to_string(::getpid()));
   fs::remove_all(dir);
   fs::create_directories(dir);

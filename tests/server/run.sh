@@ -18,7 +18,7 @@ ROOT="$(cd "$HERE/../.." && pwd)"
 BIN="${1:-}"
 MODEL="${2:-}"
 FILTER="${3:-.}"
-[[ -z "$MODEL" || "$MODEL" == "-" ]] && MODEL="$ROOT/../shared/models/llama2c/stories260K.gguf"
+[[ -z "$MODEL" || "$MODEL" == "-" ]] && MODEL="${NPULLM_SHARED_DIR:-$ROOT/../shared}/models/llama2c/stories260K.gguf"
 
 if [[ -z "$BIN" ]]; then
   echo "usage: $0 NPULLM_BIN [MODEL.gguf] [FILTER]" >&2
