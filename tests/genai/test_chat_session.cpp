@@ -91,11 +91,11 @@ void expect_not_degenerate(const LongChat& c) {
   }
 }
 
-TEST(ChatSession, ShiftPolicyCarriesThreeTimesTheCapacityWithoutReprefill) {
+TEST(ChatSession, ShiftPolicyCarriesFourTimesTheCapacityWithoutReprefill) {
   NPULLM_REQUIRE_SHARED(kModel);
   LLMPipeline p(test::shared_path(kModel), config({64, 128}, ContextPolicy::Shift));
   const LongChat c = long_chat(p);
-  EXPECT_GE(c.total_tokens, 3 * p.capacity());
+  EXPECT_GE(c.total_tokens, 4 * p.capacity());
   EXPECT_GT(c.shifts, 0);
   EXPECT_EQ(c.reprefills, 0);
   expect_not_degenerate(c);
@@ -105,9 +105,20 @@ TEST(ChatSession, TruncatePolicyDropsOldTurnsKeepsTheSystemMessage) {
   NPULLM_REQUIRE_SHARED(kModel);
   LLMPipeline p(test::shared_path(kModel), config({64, 128}, ContextPolicy::Truncate));
   const LongChat c = long_chat(p);
-  EXPECT_GE(c.total_tokens, 3 * p.capacity());
+  EXPECT_GE(c.total_tokens, 4 * p.capacity());
   EXPECT_GT(c.reprefills, 0);
   EXPECT_EQ(c.shifts, 0);
+  // A truncated turn re-prefilled its context: it answers exactly as a fresh session fed the same ids.
+  LLMPipeline fresh(test::shared_path(kModel), config({64, 128}, ContextPolicy::Truncate));
+  int truncated = 0;
+  for (size_t t = 0; t < c.results.size(); ++t) {
+    const GenerationResult& r = c.results[t];
+    if (r.metrics.reprefills == 0) continue;
+    ++truncated;
+    EXPECT_EQ(r.context_ids.front(), 1) << "turn " << t << ": BOS kept";
+    EXPECT_EQ(fresh.generate_ids(r.context_ids, greedy(24)).ids, r.ids) << "turn " << t;
+  }
+  EXPECT_GT(truncated, 0);
   ASSERT_FALSE(p.history().empty());
   EXPECT_EQ(p.history().front().role, "system");
   EXPECT_LT(p.history().size(), 1u + 2 * 14);
@@ -123,6 +134,15 @@ TEST(ChatSession, APromptLongerThanTheCapacityIsCutNotRefused) {
     const GenerationResult r = p.generate(longer, greedy(8));
     EXPECT_LE(static_cast<int64_t>(r.prompt_ids.size()), p.capacity());
     EXPECT_FALSE(r.ids.empty());
+    // Kept: the first token (BOS) and the prompt's end, as many tokens as fit beside the reply.
+    const std::vector<int32_t> full = p.tokenize(longer, /*add_bos=*/true);
+    const size_t n = r.prompt_ids.size();
+    ASSERT_GT(full.size(), n);
+    ASSERT_GE(n, 2u);
+    std::vector<int32_t> want{full.front()};
+    want.insert(want.end(), full.end() - static_cast<std::ptrdiff_t>(n - 1), full.end());
+    EXPECT_EQ(r.prompt_ids, want);
+    EXPECT_EQ(r.context_ids, want);
   }
 }
 
@@ -154,6 +174,61 @@ TEST(ChatSession, CancellingFromTheStreamerStopsWithinOneTokenAndKeepsTheSession
   EXPECT_EQ(next.ids.size(), 10u);
   EXPECT_EQ(next.metrics.reprefills, 0);
 }
+
+}  // namespace
+}  // namespace npullm
+
+namespace npullm {
+namespace {
+
+// A chat turn's new ids are those a one-shot tokenization of the rendered conversation gives the
+// same text: the text a turn adds after the previous reply continues that text, so a SentencePiece
+// vocab gives it no dummy-prefix U+2581 of its own (and a byte-level BPE vocab nothing extra). The
+// first turn is compared whole; later ones on the text after the previous reply (the reply's own
+// ids are the model's choice, not necessarily the tokenizer's, so they are left out).
+struct DeltaCase {
+  const char* model;
+  const char* chat_template;
+};
+
+class ChatDelta : public ::testing::TestWithParam<DeltaCase> {};
+
+TEST_P(ChatDelta, TurnIdsEqualAOneShotTokenizationOfTheConversation) {
+  NPULLM_REQUIRE_SHARED(GetParam().model);
+  PipelineConfig c;
+  c.use_cache = false;
+  c.variants = {256, 512};
+  c.threads = 1;
+  c.chat_template = GetParam().chat_template;
+  LLMPipeline chat(test::shared_path(GetParam().model), c);
+  chat.start_chat("Be brief.");
+  std::vector<ChatMessage> messages = {{"system", "Be brief."}};
+  for (const char* user : {"Tell me about a cat.", "What did it eat?", "Where did it sleep?"}) {
+    const GenerationResult r = chat.generate(user, greedy(6));
+    messages.push_back({"user", user});
+    ASSERT_EQ(r.metrics.reprefills, 0);
+    // BOS as a chat turn adds it: unless the template wrote it already.
+    std::vector<int32_t> one_shot = chat.tokenize(chat.apply_chat_template(messages, true), true, true);
+    if (one_shot.size() > 1 && one_shot[0] == chat.bos_id() && one_shot[1] == chat.bos_id()) one_shot.erase(one_shot.begin());
+    if (messages.size() == 2) {
+      EXPECT_EQ(r.context_ids, one_shot) << "first turn";
+    } else {
+      // prompt_ids = the previous reply's last token (sampled, not yet run) + this turn's new text.
+      ASSERT_GE(r.prompt_ids.size(), 2u);
+      const std::vector<int32_t> added(r.prompt_ids.begin() + 1, r.prompt_ids.end());
+      ASSERT_GE(one_shot.size(), added.size());
+      const std::vector<int32_t> tail(one_shot.end() - static_cast<long>(added.size()), one_shot.end());
+      EXPECT_EQ(added, tail) << "turn " << messages.size() / 2 << ": the new text's ids differ from a one-shot tokenization";
+    }
+    messages.push_back({"assistant", r.text});
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(Templates, ChatDelta,
+                         ::testing::Values(DeltaCase{"models/llama2c/stories260K.gguf", "chatml"},
+                                           DeltaCase{"models/llama2c/stories260K.gguf", "llama2"},
+                                           DeltaCase{"golden/qwen2-gpt2.Q4_0.gguf", "chatml"}),
+                         [](const auto& info) { return std::string(info.index == 2 ? "bpe_" : "spm_") + info.param.chat_template; });
 
 }  // namespace
 }  // namespace npullm
