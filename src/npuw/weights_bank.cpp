@@ -21,7 +21,8 @@ namespace fs = std::filesystem;
 
 namespace {
 
-// A packed file: this header (64 bytes, little-endian), then the packed bytes.
+// A packed file: this header (128 bytes, little-endian: the data stays 64-byte aligned), then the
+// packed bytes.
 struct PackedHeader {
   char magic[8];     // "NPUPNL16"
   uint32_t type;     // GgmlType
@@ -34,9 +35,14 @@ struct PackedHeader {
   // hash of three 4 KiB samples of the tensor tell a packed form made from other values.
   int64_t mtime_ns;
   uint64_t sample;
+  // xxh3 of the packed bytes: a file damaged on disk (a flipped bit, a torn write the rename did not
+  // catch) is never trusted. Checked at every start; one pass over bytes the first matmul reads
+  // anyway (measured in bench/RESULTS.md).
+  uint64_t data_hash;
+  uint64_t reserved[7];
 };
-static_assert(sizeof(PackedHeader) == 64);
-constexpr char kMagic[8] = {'N', 'P', 'U', 'P', 'N', 'L', '1', '6'};
+static_assert(sizeof(PackedHeader) == 128);
+constexpr char kMagic[8] = {'N', 'P', 'U', 'P', 'N', 'L', '1', '7'};
 
 }  // namespace
 
@@ -92,7 +98,7 @@ const void* GgufWeightsBank::packed(const GgufTensorInfo& t, const blob::WeightR
   std::lock_guard<std::mutex> lock(mu_);
   if (auto it = packed_.find(w.name); it != packed_.end()) return it->second->data();
   const int64_t rows = t.rows(), cols = t.dims[0];
-  const PackedHeader want{{}, static_cast<uint32_t>(t.type), w.layout, rows, cols, w.bytes, t.offset, mtime_ns_, sample_hash(t)};
+  const PackedHeader want{{}, static_cast<uint32_t>(t.type), w.layout, rows, cols, w.bytes, t.offset, mtime_ns_, sample_hash(t), 0, {}};
   auto p = std::make_unique<Packed>();
   std::string path;
   if (!dir_.empty()) {
@@ -112,11 +118,19 @@ const void* GgufWeightsBank::packed(const GgufTensorInfo& t, const blob::WeightR
                       h.rows == rows && h.cols == cols && h.bytes == w.bytes && h.source == want.source &&
                       h.mtime_ns == want.mtime_ns && h.sample == want.sample;
       if (ok) {
-        void* m = ::mmap(nullptr, static_cast<size_t>(st.st_size), PROT_READ, MAP_PRIVATE, fd, 0);
+        // MAP_POPULATE: the hash reads every page anyway; mapping them in one call costs far less
+        // than taking a fault per page.
+        void* m = ::mmap(nullptr, static_cast<size_t>(st.st_size), PROT_READ, MAP_PRIVATE | MAP_POPULATE, fd, 0);
         if (m != MAP_FAILED) {
-          p->map = m;
-          p->map_bytes = static_cast<size_t>(st.st_size);
-          p->data_offset = sizeof(PackedHeader);
+          const auto* data = static_cast<const uint8_t*>(m) + sizeof(PackedHeader);
+          if (hash_bytes(data, static_cast<size_t>(w.bytes)) == h.data_hash) {
+            p->map = m;
+            p->map_bytes = static_cast<size_t>(st.st_size);
+            p->data_offset = sizeof(PackedHeader);
+          } else {
+            fmt::print(stderr, "npullm: warning: packed weight {} is damaged (its bytes do not match their hash); rebuilding it\n", path);
+            ::munmap(m, static_cast<size_t>(st.st_size));
+          }
         }
       }
       ::close(fd);
@@ -145,6 +159,7 @@ const void* GgufWeightsBank::packed(const GgufTensorInfo& t, const blob::WeightR
     const std::string tmp = fmt::format("{}.tmp.{}", path, ::getpid());
     PackedHeader h = want;
     std::memcpy(h.magic, kMagic, 8);
+    h.data_hash = hash_bytes(bytes, static_cast<size_t>(w.bytes));
     const int fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
     bool ok = fd >= 0 && ::write(fd, &h, sizeof h) == static_cast<ssize_t>(sizeof h);
     for (uint64_t off = 0; ok && off < w.bytes;) {

@@ -7,7 +7,8 @@
 // and renamed into place) and maps it, so a second start reads it as it reads the GGUF file; the
 // GGUF pages it was built from are handed back, so the process holds one form of each weight.
 // A packed file records the GGUF file's modification time and a hash of samples of the tensor:
-// one made from other weight values (the blob cache key is the GGUF header only) is rebuilt.
+// one made from other weight values (the blob cache key is the GGUF header only) is rebuilt; and a
+// hash of all its packed bytes, checked before it is trusted: a damaged file is rebuilt too.
 // Without a directory the packed forms live in memory for the bank's lifetime.
 #pragma once
 #include <map>

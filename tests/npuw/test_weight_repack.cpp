@@ -104,6 +104,22 @@ TEST(WeightRepack, SameLogitsBuiltOnceThenMappedRebuiltWhenDamagedOrStale) {
     const RunResult bad = run(model, true, cache);
     EXPECT_EQ(bad.stats.packed_weights_built, 1);
     EXPECT_TRUE(same_bits(bad.logits, rows.logits));
+    // One flipped byte in the packed data of every file (header intact): each is caught by its
+    // hash and rebuilt, and the logits stay those of the GGUF layout.
+    for (const fs::path& file : files) {
+      FILE* f = std::fopen(file.c_str(), "r+b");
+      ASSERT_NE(f, nullptr);
+      const long at_byte = 128 + static_cast<long>((fs::file_size(file) - 128) / 2);
+      std::fseek(f, at_byte, SEEK_SET);
+      const int c = std::fgetc(f);
+      std::fseek(f, at_byte, SEEK_SET);
+      std::fputc(c ^ 0x10, f);
+      std::fclose(f);
+    }
+    const RunResult flipped = run(model, true, cache);
+    EXPECT_EQ(flipped.stats.packed_weights_built, first.stats.packed_weights_built);
+    EXPECT_EQ(flipped.stats.packed_weights_cached, 0);
+    EXPECT_TRUE(same_bits(flipped.logits, rows.logits));
 
     // New weight values under the same header (the blob cache key): the packed forms are rebuilt
     // when the file's time changed, and from the samples when even the time is put back.
