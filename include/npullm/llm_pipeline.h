@@ -46,6 +46,7 @@ struct PipelineConfig {
   int threads = 0;                          // 0 = all hardware threads
   std::string cache_dir;                    // blob cache; empty = the default folder
   bool use_cache = true;
+  uint64_t cache_max_bytes = 0;             // bound on the whole cache folder; 0 = a tenth of its filesystem (<= 64 GiB)
   KvType kv_type = KvType::F16;             // K/V cache element type
   bool repack_weights = true;               // int8 matmul weights in the layout the CPU reads fastest
                                             //   (packed once, kept beside the blob cache); false: as in GGUF

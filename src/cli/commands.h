@@ -23,6 +23,7 @@ void add_bench(CLI::App& app, Actions& actions);
 void add_synth(CLI::App& app, Actions& actions);
 void add_chat_template(CLI::App& app, Actions& actions);
 void add_serve(CLI::App& app, Actions& actions);
+void add_cache(CLI::App& app, Actions& actions);
 
 // Options shared by every command that builds a runtime (chunk, variants, threads, cache).
 struct RuntimeOptions {
@@ -30,6 +31,7 @@ struct RuntimeOptions {
   std::string variants;  // "64,128,256"
   std::string kv_type = "f16";  // --kv-type: f16, f32 or q8_0 (any case)
   bool no_cache = false;
+  std::string cache_max_size;  // --cache-max-size: "10G", ...; empty: the default bound
   bool no_repack = false;  // --no-repack: weights stay in GGUF's row layout
   bool chunk_given = false;  // --prefill-chunk was on the command line
   void add_to(CLI::App* cmd);

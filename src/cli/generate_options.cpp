@@ -35,6 +35,7 @@ PipelineConfig GenerateOptions::pipeline_config() const {
   p.threads = r.threads;
   p.cache_dir = r.cache_dir;
   p.use_cache = r.use_cache;
+  p.cache_max_bytes = r.cache_max_bytes;
   p.repack_weights = r.repack_weights;
   p.kv_type = r.kv_type == GgmlType::F32 ? KvType::F32 : r.kv_type == GgmlType::Q8_0 ? KvType::Q8_0 : KvType::F16;
   p.context_policy = policy == "truncate" ? ContextPolicy::Truncate : ContextPolicy::Shift;

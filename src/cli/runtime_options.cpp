@@ -2,6 +2,7 @@
 #include <sstream>
 
 #include "cli/commands.h"
+#include "npuw/cache_admin.h"
 #include "common/error.h"
 
 namespace npullm::cli {
@@ -35,6 +36,9 @@ void RuntimeOptions::add_to(CLI::App* cmd) {
   cmd->add_option("-t,--threads", cfg.threads, "worker threads (0 = all)")->capture_default_str();
   cmd->add_option("--cache-dir", cfg.cache_dir, "blob cache folder (default $NPULLM_CACHE_DIR, $XDG_CACHE_HOME/npullm or ~/.cache/npullm)");
   cmd->add_flag("--no-cache", no_cache, "compile every blob and do not touch the cache");
+  cmd->add_option("--cache-max-size", cache_max_size,
+                  "bound on the whole cache, e.g. 10G: other models' entries go first, least recently used (default: a tenth of the "
+                  "filesystem, at most 64 GiB)");
   cmd->add_option("--kv-type", kv_type, "K/V cache element type: f16, f32 or q8_0 (q8_0 needs a head size that is a multiple of 32)")
       ->capture_default_str();
   cmd->add_flag("--no-repack", no_repack,
@@ -62,6 +66,7 @@ const char* kv_type_option(GgmlType t) {
 npuw::RuntimeConfig RuntimeOptions::resolve() const {
   npuw::RuntimeConfig out = cfg;
   out.use_cache = !no_cache;
+  if (!cache_max_size.empty()) out.cache_max_bytes = npuw::parse_size(cache_max_size);
   out.repack_weights = !no_repack;
   out.kv_type = parse_kv_type(kv_type);
   if (!variants.empty()) {

@@ -13,6 +13,7 @@ npuw::RuntimeConfig runtime_config(const PipelineConfig& c, int64_t parallel) {
   rc.threads = c.threads;
   rc.cache_dir = c.cache_dir;
   rc.use_cache = c.use_cache;
+  rc.cache_max_bytes = c.cache_max_bytes;
   rc.repack_weights = c.repack_weights;
   rc.parallel = parallel;
   switch (c.kv_type) {

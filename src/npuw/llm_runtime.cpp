@@ -11,6 +11,7 @@
 #include "formats/ggml_types.h"
 #include "model/llama_graph.h"
 #include "npuw/blob_cache.h"
+#include "npuw/cache_admin.h"
 #include "npuw/weights_bank.h"
 
 namespace npullm::npuw {
@@ -222,6 +223,15 @@ void LlmRuntime::load_blobs() {
     stats_.kv_row_bytes += static_cast<int64_t>(row_bytes);
   }
   kv_ = driver::AlignedBuffer(total);
+  if (cache.enabled()) {
+    // This model was used now; the cache keeps within its bound (other models go first).
+    mark_model_used(cache.model_dir(), gguf_->path());
+    const uint64_t bound = cfg_.cache_max_bytes ? cfg_.cache_max_bytes : default_cache_max_bytes(cache_dir);
+    const PruneReport pr = prune_cache(cache_dir, bound, -1, fmt::format("{:016x}", model_hash));
+    if (pr.removed > 0)
+      fmt::print(stderr, "npullm: cache over {}: removed {} least recently used model(s), {} freed\n", format_size(bound), pr.removed,
+                 format_size(pr.freed_bytes));
+  }
   stats_.packed_weights_built = bank_->packed_built();
   stats_.packed_weights_cached = bank_->packed_loaded();
 

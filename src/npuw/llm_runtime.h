@@ -50,6 +50,10 @@ struct RuntimeConfig {
   int threads = 0;                     // 0 = all hardware threads
   std::string cache_dir;               // empty = BlobCache::default_dir()
   bool use_cache = true;
+  // Bound on the whole cache folder (blobs and packed weights of every model), enforced at each
+  // start by removing other models' folders, least recently used first; 0: a tenth of the
+  // filesystem, at most 64 GiB (npuw/cache_admin.h).
+  uint64_t cache_max_bytes = 0;
   // Element type of the K/V state: F16 (default, as llama.cpp), F32, or Q8_0 (blocks of 32 along
   // each head: the model's head size must be a multiple of 32). Anything else is refused.
   GgmlType kv_type = GgmlType::F16;
