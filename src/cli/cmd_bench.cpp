@@ -22,6 +22,7 @@ struct BenchOptions {
   std::string model;
   int64_t n_prompt = 512, n_gen = 128, repetitions = 3, ttft_prompt = 32;
   int64_t parallel = 0, parallel_prompt = 32;  // --parallel N: N sequences decoding together
+  int64_t depth = 0;                           // --depth D: tg after D tokens of context (llama-bench -d)
   bool json = false;
   RuntimeOptions rt;
 };
@@ -65,7 +66,7 @@ int run(BenchOptions& o) {
   if (!o.rt.chunk_given) cfg.prefill_chunk = std::clamp<int64_t>(std::max(o.n_prompt, o.ttft_prompt), 1, 128);
   if (cfg.variants.empty()) {
     // Room for the prompt and the generated tokens, in the default power-of-two steps.
-    cfg.max_prompt_len = std::max(o.n_prompt, o.ttft_prompt);
+    cfg.max_prompt_len = std::max({o.n_prompt, o.ttft_prompt, o.depth});
     cfg.min_response_len = o.n_gen + 1 + (o.parallel > 0 ? o.parallel_prompt : 0);
   }
   if (o.parallel > 0) cfg.parallel = o.parallel;
@@ -77,8 +78,8 @@ int run(BenchOptions& o) {
     for (int32_t& id : ids) id = static_cast<int32_t>(rng() % static_cast<uint32_t>(V));
     return ids;
   };
-  if (o.n_prompt + 1 > rt.capacity() || o.n_gen + 1 > rt.capacity())
-    fail("the K/V capacity {} is too small for -p {} / -n {}", rt.capacity(), o.n_prompt, o.n_gen);
+  if (o.n_prompt + 1 > rt.capacity() || o.depth + o.n_gen + 1 > rt.capacity())
+    fail("the K/V capacity {} is too small for -p {} / --depth {} + -n {}", rt.capacity(), o.n_prompt, o.depth, o.n_gen);
 
   // Warm-up (as llama-bench does): one untimed run of the prompt and a few decode steps, so page
   // faults, first touches of scratch and cold caches are not measured.
@@ -99,6 +100,7 @@ int run(BenchOptions& o) {
     }
     if (o.n_gen > 0) {
       rt.reset();
+      if (o.depth > 0) rt.prefill(random_ids(o.depth));  // the context the timed tokens attend (untimed)
       int32_t id = static_cast<int32_t>(rng() % static_cast<uint32_t>(V));
       const auto t0 = Clock::now();
       for (int64_t i = 0; i < o.n_gen; ++i) {
@@ -163,7 +165,7 @@ int run(BenchOptions& o) {
     nlohmann::json j = {{"model", o.model},
                         {"threads", rt.device_threads()},
                         {"pp", {{"n", o.n_prompt}, {"tps_mean", pps.mean}, {"tps_sd", pps.sd}}},
-                        {"tg", {{"n", o.n_gen}, {"tps_mean", tgs.mean}, {"tps_sd", tgs.sd}}},
+                        {"tg", {{"n", o.n_gen}, {"depth", o.depth}, {"tps_mean", tgs.mean}, {"tps_sd", tgs.sd}}},
                         {"ttft_ms", ttft.empty() ? nlohmann::json(nullptr) : nlohmann::json(ttft_ms)},
                         {"peak_rss_bytes", peak_rss},
                         {"kv_bytes_copied_per_token", kv_copied_per_token},
@@ -188,7 +190,8 @@ int run(BenchOptions& o) {
     fmt::print("model {} | {} | chunk {} | variants {}\n", o.model, rt.device_name(), cfg.prefill_chunk, rt.variants().size());
     fmt::print("| test   |          t/s |\n|--------|--------------|\n");
     if (!pp.empty()) fmt::print("| pp{:<4} | {:>7.2f} ± {:<4.2f} |\n", o.n_prompt, pps.mean, pps.sd);
-    if (!tg.empty()) fmt::print("| tg{:<4} | {:>7.2f} ± {:<4.2f} |\n", o.n_gen, tgs.mean, tgs.sd);
+    if (!tg.empty())
+      fmt::print("| tg{:<4}{} | {:>7.2f} ± {:<4.2f} |\n", o.n_gen, o.depth > 0 ? fmt::format(" @ d{}", o.depth) : "", tgs.mean, tgs.sd);
     if (!tg_par.empty())
       fmt::print("| tg{:<4} x {} sequences | {:>7.2f} ± {:<4.2f} total, {:.2f} per sequence, {:.2f}x batch-1 tg |\n", o.n_gen, o.parallel,
                  par.mean, par.sd, par.mean / static_cast<double>(o.parallel), tgs.mean > 0 ? par.mean / tgs.mean : 0.0);
@@ -211,6 +214,9 @@ void add_bench(CLI::App& app, Actions& actions) {
   cmd->add_option("-n,--n-gen", o->n_gen, "generated tokens for the tg test (0 = skip)")->capture_default_str();
   cmd->add_option("-r,--repetitions", o->repetitions, "repetitions of each test")->capture_default_str()->check(CLI::PositiveNumber);
   cmd->add_option("--ttft-prompt", o->ttft_prompt, "prompt tokens for the time-to-first-token test (0 = skip)")->capture_default_str();
+  cmd->add_option("--depth", o->depth, "tokens of context prefilled (untimed) before each tg run, as llama-bench's -d")
+      ->capture_default_str()
+      ->check(CLI::NonNegativeNumber);
   cmd->add_option("--parallel", o->parallel, "also decode N sequences together (batched blobs) and report aggregate and per-sequence tg")
       ->check(CLI::Range(1, 256));
   cmd->add_option("--parallel-prompt", o->parallel_prompt, "prompt tokens of each sequence before the parallel tg test")->capture_default_str();

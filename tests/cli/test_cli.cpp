@@ -216,6 +216,18 @@ TEST(CliTools, BenchJsonReportsTheIssueFields) {
   Proc bad = test::run_npullm("bench -m " + test::shared_path(kModel) + " -p 100000 -n 8 -r 1 --no-cache");
   EXPECT_NE(bad.rc, 0);
   EXPECT_NE(bad.err.find("too small"), std::string::npos) << bad.err;
+
+  // --depth: tg after that much context (llama-bench's -d), and --parallel: the batched figures.
+  Proc deep = test::run_npullm("bench -m " + test::shared_path(kModel) +
+                               " -p 0 -n 8 -r 1 --ttft-prompt 0 --depth 300 --parallel 2 -t 1 --json --no-cache");
+  ASSERT_EQ(deep.rc, 0) << deep.err;
+  const auto d = nlohmann::json::parse(deep.out);
+  EXPECT_EQ(d["tg"]["depth"], 300);
+  EXPECT_GT(d["tg"]["tps_mean"].get<double>(), 0.0);
+  EXPECT_GE(d["variants"].back().get<int64_t>(), 300 + 8 + 1);
+  EXPECT_EQ(d["parallel"]["n"], 2);
+  EXPECT_GT(d["parallel"]["tg_tps_total"].get<double>(), 0.0);
+  EXPECT_DOUBLE_EQ(d["parallel"]["tg_tps_per_seq"].get<double>(), d["parallel"]["tg_tps_total"].get<double>() / 2);
 }
 
 TEST(CliTools, TokenizeMatchesTheLlamaCppVector) {
