@@ -16,6 +16,9 @@ class ChatFormat {
   // or it does not parse.
   ChatFormat(const std::string& choice, const Tokenizer& tok);
   std::string render(const std::vector<ChatMessage>& messages, bool add_generation_prompt) const;
+  // A rendered conversation -> ids: BOS added unless the template already wrote it, special tokens
+  // parsed (the one rule for LLMPipeline's chats and the serving scheduler's requests).
+  std::vector<int32_t> encode(const Tokenizer& tok, const std::string& rendered) const;
   const std::string& name() const { return name_; }
   const std::string& bos_text() const { return bos_; }
 

@@ -82,8 +82,7 @@ struct LLMPipeline::Impl {
 
   // Chat text -> ids: BOS is added unless the template already wrote it; special tokens parsed.
   std::vector<int32_t> encode_chat(const std::string& text) const {
-    const bool has_bos = format && !format->bos_text().empty() && text.rfind(format->bos_text(), 0) == 0;
-    return tok->encode(text, /*add_bos=*/!has_bos, /*parse_special=*/true);
+    return format ? format->encode(*tok, text) : tok->encode(text, /*add_bos=*/true, /*parse_special=*/true);
   }
 
   int64_t keep_for(const std::vector<int32_t>& ids) const {

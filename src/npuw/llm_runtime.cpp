@@ -419,11 +419,12 @@ std::span<const float> LlmRuntime::decode(int32_t id) {
 std::span<const float> LlmRuntime::decode_batch(std::span<const SlotToken> tokens) {
   if (tokens.empty()) fail("decode_batch needs at least one sequence");
   int64_t longest = 0;
-  std::vector<bool> seen(static_cast<size_t>(cfg_.parallel), false);
-  for (const SlotToken& t : tokens) {
+  for (size_t i = 0; i < tokens.size(); ++i) {
+    const SlotToken& t = tokens[i];
     check_slot(t.slot);
-    if (seen[static_cast<size_t>(t.slot)]) fail("decode_batch: slot {} is listed twice", t.slot);
-    seen[static_cast<size_t>(t.slot)] = true;
+    // A handful of rows: a pairwise check costs less than a set allocated per step.
+    for (size_t j = 0; j < i; ++j)
+      if (tokens[j].slot == t.slot) fail("decode_batch: slot {} is listed twice", t.slot);
     if (t.id < 0 || t.id >= hp_.n_vocab) fail("token id {} is outside the vocabulary (0..{})", t.id, hp_.n_vocab - 1);
     longest = std::max(longest, position(t.slot) + 1);
   }

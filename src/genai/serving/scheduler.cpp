@@ -103,10 +103,7 @@ std::string Scheduler::description() const {
 
 std::vector<int32_t> Scheduler::encode_chat(const std::vector<ChatMessage>& messages) const {
   if (!format_) fail("{}", format_error_);
-  const std::string text = format_->render(messages, true);
-  // BOS is added unless the template already wrote it; special tokens are parsed (as LLMPipeline).
-  const bool has_bos = !format_->bos_text().empty() && text.rfind(format_->bos_text(), 0) == 0;
-  return tok_->encode(text, !has_bos, true);
+  return format_->encode(*tok_, format_->render(messages, true));
 }
 
 std::vector<int32_t> Scheduler::encode_prompt(const std::string& text) const { return tok_->encode(text, true); }
