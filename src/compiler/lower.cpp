@@ -317,13 +317,13 @@ class Lowering {
           const ir::Shape& kshape = shape_of(1);
           task.dim[0] = S; task.dim[1] = n.heads; task.dim[2] = n.kv_heads;
           task.dim[3] = n.shape.at(1).value / n.heads;
-          // The window is the mask's width; the K/V tensors may hold more rows (other sequences').
+          // The window is the mask's width; the key/value tensors may hold more rows than it.
           task.dim[5] = kshape.at(0).value;
           task.dim[4] = in(3) != ir::kNoInput ? shape_of(3).at(1).value : task.dim[5];
           if (task.dim[4] > task.dim[5])
             fail("compiler: Attention '{}' attends {} rows of a state of {}", n.name, task.dim[4], task.dim[5]);
           if (in(4) != ir::kNoInput && ir::num_elements(shape_of(4)) != S)
-            fail("compiler: Attention '{}': kv_base has {} but there are {} queries", n.name, ir::shape_to_string(shape_of(4)), S);
+            fail("compiler: Attention '{}': the window base has {} but there are {} queries", n.name, ir::shape_to_string(shape_of(4)), S);
           task.fparam[0] = n.scale;
           check_whole_blocks(n, task.type[1], task.dim[3], "k head");
           check_whole_blocks(n, task.type[2], task.dim[3], "v head");
