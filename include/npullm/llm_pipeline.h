@@ -101,6 +101,9 @@ struct GenerationMetrics {
   int64_t packed_weights = 0, cached_packed_weights = 0;  // weights repacked at load / mapped from the cache
   double load_ms = 0;                       // pipeline construction: model, blobs, tokenizer (same for every call)
   double prefill_ms = 0;                    // time this call spent in prefill
+  // The K/V allocation (fixed at load): bytes per position of the full-length (global) layers, the
+  // fixed rings of sliding-window layers (Gemma 3's local layers; 0 without), and the whole.
+  int64_t kv_bytes_per_position = 0, kv_ring_bytes = 0, kv_bytes = 0;
 };
 
 struct GenerationResult {

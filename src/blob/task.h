@@ -42,8 +42,11 @@ enum class OpCode : uint32_t {
   // out[s, h, :] = softmax_t(scale * q[s,h,:].k[b_s+t,g,:] + mask[s,t]) . v[b_s+t,g,:],  g = h / (H / Hkv).
   // ptr: 0 q (f32 [S,H,hd]), 1 k (type[1] [R,Hkv,hd]), 2 v (type[2] [R,Hkv,hd]), 3 mask (f32 [S,C]),
   // k / v types: F32, F16 or Q8_0 (hd % 32 == 0: each head is hd/32 whole blocks).
-  // 4 out (f32 [S,H,hd]), 5 base (i32 [S]) or 0. dim: 0 S, 1 H, 2 Hkv, 3 hd, 4 C, 5 R (>= C).
-  // fparam 0 scale. A row whose mask is -inf everywhere, or whose window leaves [0, R), gives zeros.
+  // 4 out (f32 [S,H,hd]), 5 window (i32 [S] base, or [S,2] base and ring start) or 0.
+  // dim: 0 S, 1 H, 2 Hkv, 3 hd, 4 C, 5 R (>= C). fparam 0 scale. iparam 0: columns of the window (1
+  // or 2). With a ring start r_s the window's keys are visited (summed) from row r_s on, wrapping at
+  // C, and mask[s, t] is by window row. A row whose mask is -inf everywhere, or whose window leaves
+  // [0, R), gives zeros.
   Attention = 7,
   // out = silu(gate) * up elementwise.  ptr: 0 gate, 1 up, 2 out (may alias gate or up). dim: 0 count.
   SwiGlu = 8,

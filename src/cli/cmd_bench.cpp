@@ -176,6 +176,11 @@ int run(BenchOptions& o) {
                         {"prefill_chunk", cfg.prefill_chunk},
                         {"variants", rt.variants()},
                         {"kv_type", kv_type_option(cfg.kv_type)},
+                        // The K/V allocation: full-length layers' rows plus the sliding-window rings.
+                        {"kv", {{"bytes", rt.stats().kv_bytes},
+                                {"bytes_per_position", rt.stats().kv_row_bytes},
+                                {"ring_rows", rt.stats().kv_ring_rows},
+                                {"ring_bytes_per_slot", rt.stats().kv_ring_bytes}}},
                         {"device", rt.device_name()}};
     if (!tg_par.empty())
       j["parallel"] = {{"n", o.parallel},
@@ -198,6 +203,10 @@ int run(BenchOptions& o) {
     if (!ttft.empty()) fmt::print("time to first token ({} tokens): {:.1f} ms (median)\n", o.ttft_prompt, ttft_ms);
     fmt::print("peak RSS {:.1f} MiB; K/V bytes copied per generated token {:.0f}; padded fraction {:.3f}\n", peak_rss / 1048576.0,
                kv_copied_per_token, padded_fraction);
+    const npuw::RuntimeStats& st = rt.stats();
+    fmt::print("K/V {:.2f} MiB: {} bytes per position (full-length layers) x {} rows x {} slot(s){}\n", st.kv_bytes / 1048576.0,
+               st.kv_row_bytes, rt.capacity(), rt.slots(),
+               st.kv_ring_rows > 0 ? fmt::format(" + sliding-window rings of {} rows, {} bytes per slot", st.kv_ring_rows, st.kv_ring_bytes) : "");
     fmt::print("decode reads {:.1f} MiB of weights per token; read bandwidth here {:.1f} GB/s; decode at {:.0f}% of that roofline\n",
                bytes_per_token / 1048576.0, bandwidth / 1e9, roofline_fraction * 100.0);
   }

@@ -49,7 +49,8 @@ int run(const RunOptions& o) {
     j["stats"] = {{"compiled_blobs", m.compiled_blobs}, {"cached_blobs", m.cached_blobs},
                   {"packed_weights", m.packed_weights}, {"cached_packed_weights", m.cached_packed_weights},
                   {"prefill_chunks", m.prefill_chunks}, {"variants_used", m.variants_used},
-                  {"kv_bytes_copied", m.kv_bytes_copied}, {"padded_positions", m.padded_positions}};
+                  {"kv_bytes_copied", m.kv_bytes_copied}, {"padded_positions", m.padded_positions},
+                  {"kv_bytes", m.kv_bytes}, {"kv_bytes_per_position", m.kv_bytes_per_position}, {"kv_ring_bytes", m.kv_ring_bytes}};
     fmt::print("{}\n", j.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace));
   } else {
     fmt::print("\n");

@@ -50,7 +50,8 @@ nlohmann::json metrics_json(const GenerationMetrics& m) {
           {"kv_utilization", m.kv_utilization}, {"padded_positions", m.padded_positions},
           {"kv_bytes_copied", m.kv_bytes_copied}, {"context_shifts", m.context_shifts}, {"reprefills", m.reprefills},
           {"prefill_chunks", m.prefill_chunks}, {"compiled_blobs", m.compiled_blobs}, {"cached_blobs", m.cached_blobs},
-          {"packed_weights", m.packed_weights}, {"cached_packed_weights", m.cached_packed_weights}, {"load_ms", m.load_ms}, {"prefill_ms", m.prefill_ms}};
+          {"packed_weights", m.packed_weights}, {"cached_packed_weights", m.cached_packed_weights}, {"load_ms", m.load_ms}, {"prefill_ms", m.prefill_ms},
+          {"kv_bytes_per_position", m.kv_bytes_per_position}, {"kv_ring_bytes", m.kv_ring_bytes}, {"kv_bytes", m.kv_bytes}};
 }
 
 }  // namespace npullm::cli

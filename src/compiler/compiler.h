@@ -26,7 +26,7 @@ namespace npullm::compiler {
 // Part of every blob cache key: change it whenever the same graph compiles to different tasks
 // (2: SwiGlu writes over its gate in place; 3: Panels16 weights, rows padded to whole dwords;
 // 4: each Attention query's window starts at a row given by an operand, the window base).
-inline constexpr const char* kCompilerVersion = "npullm-compiler-4";
+inline constexpr const char* kCompilerVersion = "npullm-compiler-5";
 
 struct CompileOptions {
   std::string name;                          // blob name (stored in .npu.meta)

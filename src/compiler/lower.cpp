@@ -322,8 +322,13 @@ class Lowering {
           task.dim[4] = in(3) != ir::kNoInput ? shape_of(3).at(1).value : task.dim[5];
           if (task.dim[4] > task.dim[5])
             fail("compiler: Attention '{}' attends {} rows of a state of {}", n.name, task.dim[4], task.dim[5]);
-          if (in(4) != ir::kNoInput && ir::num_elements(shape_of(4)) != S)
-            fail("compiler: Attention '{}': the window base has {} but there are {} queries", n.name, ir::shape_to_string(shape_of(4)), S);
+          if (in(4) != ir::kNoInput) {
+            // One base row per query, or (base, ring start) pairs.
+            const int64_t cols = ir::num_elements(shape_of(4)) / std::max<int64_t>(S, 1);
+            if ((cols != 1 && cols != 2) || ir::num_elements(shape_of(4)) != S * cols)
+              fail("compiler: Attention '{}': the window has {} but there are {} queries", n.name, ir::shape_to_string(shape_of(4)), S);
+            task.iparam[0] = static_cast<int32_t>(cols);
+          }
           task.fparam[0] = n.scale;
           check_whole_blocks(n, task.type[1], task.dim[3], "k head");
           check_whole_blocks(n, task.type[2], task.dim[3], "v head");

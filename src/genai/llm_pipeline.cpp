@@ -150,8 +150,17 @@ struct LLMPipeline::Impl {
   }
 
   void shift(int64_t keep, int64_t drop) {
-    rt->shift(keep, drop);
-    kv_ids.erase(kv_ids.begin() + keep, kv_ids.begin() + keep + drop);
+    if (rt->can_shift(keep, drop)) {
+      rt->shift(keep, drop);
+      kv_ids.erase(kv_ids.begin() + keep, kv_ids.begin() + keep + drop);
+      return;
+    }
+    // A sliding-window ring no longer holds rows the shifted sequence would see (the kept start
+    // inside the window after a large drop): the kept ids are prefilled again instead.
+    std::vector<int32_t> ids = kv_ids;
+    ids.erase(ids.begin() + keep, ids.begin() + keep + drop);
+    std::span<const float> logits;
+    reprefill(ids, logits);
   }
 
   // Truncate policy in a chat: drop the oldest whole turns (the system message stays) until the
@@ -280,6 +289,9 @@ struct LLMPipeline::Impl {
     m.cached_packed_weights = after.packed_weights_cached;
     m.load_ms = load_ms;
     m.prefill_ms = prefill_ms;
+    m.kv_bytes_per_position = after.kv_row_bytes;
+    m.kv_ring_bytes = after.kv_ring_bytes;
+    m.kv_bytes = after.kv_bytes;
     return res;
   }
 

@@ -25,8 +25,9 @@ enum class Op {
   Add,          // (a, b)
   Rope,         // (x, positions) ; n_rot, freq_base, freq_scale, rope_mode, heads
   ScatterRows,  // (target, rows, src) -> target with target[rows[s]] = src[s]; updates target in place
-  Attention,    // (q, k, v, mask, kv_base?) ; scale, heads, kv_heads. Query s attends the mask's width of
-                //   k/v rows from kv_base[s] on (from row 0 without kv_base)
+  Attention,    // (q, k, v, mask, window?) ; scale, heads, kv_heads. Query s attends the mask's width of
+                //   k/v rows from window[s] on (from row 0 without a window); a window [seq, 2] also gives
+                //   the row of that ring its keys are visited from
   SwiGlu,       // (gate, up)
   GatherRows,   // (x, idx) -> out with out[i] = x[idx[i]] (rows along dim 0; out has idx's length)
   SliceCols,    // (x) -> out[s, :] = x[s, offset : offset + width] (width = out's row length)

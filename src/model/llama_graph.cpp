@@ -101,8 +101,8 @@ class Builder {
 
   // ReadValue -> ScatterRows(new rows) -> Assign: the state grows in place by the new rows, which
   // the scatter converts from F32 to the state's type.
-  int update_state(const std::string& var, int rows, int src) {
-    const ir::Shape shape{"rows", hp_.n_head_kv, hp_.head_dim};
+  int update_state(const std::string& var, int rows, int src, const char* state_rows = "rows") {
+    const ir::Shape shape{state_rows, hp_.n_head_kv, hp_.head_dim};
     g_.variables.push_back(ir::Variable{var, shape, kv_type_});
     int past = g_.add(ir::Node{.op = ir::Op::ReadValue, .name = var + ".read", .shape = shape, .type = kv_type_, .variable = var});
     int present = op(ir::Op::ScatterRows, var + ".update", {past, rows, src}, shape);
@@ -114,15 +114,18 @@ class Builder {
   // Turns the keys of every layer's state by the angle of `positions[row]` (a position delta per
   // row), in place: after rows move down by n during a context shift, rotating their keys by -n
   // makes them exactly what they would have been at their new positions (RoPE is a rotation).
-  ir::Graph build_rerotate() {
+  ir::Graph build_rerotate(bool swa_ring) {
     const int deltas = param("positions", {"rows"}, kI32);
+    const bool ring = swa_ring && hp_.n_swa > 0;
+    const int deltas_swa = ring ? param("positions_swa", {"ring_rows"}, kI32) : ir::kNoInput;
     rope_factors_ = optional_weight("rope_freqs.weight", {hp_.n_rot / 2});
     for (int64_t l = 0; l < hp_.n_layer; ++l) {
+      const bool in_ring = ring && hp_.is_swa(l);
       const std::string var = fmt::format("blk.{}.key", l);
-      const ir::Shape shape{"rows", hp_.n_head_kv, hp_.head_dim};
+      const ir::Shape shape{in_ring ? "ring_rows" : "rows", hp_.n_head_kv, hp_.head_dim};
       g_.variables.push_back(ir::Variable{var, shape, kv_type_});
       int past = g_.add(ir::Node{.op = ir::Op::ReadValue, .name = var + ".read", .shape = shape, .type = kv_type_, .variable = var});
-      int turned = rope(var + ".rerotate", past, deltas, hp_.n_head_kv, rope_base(l));
+      int turned = rope(var + ".rerotate", past, in_ring ? deltas_swa : deltas, hp_.n_head_kv, rope_base(l));
       g_.node(turned).shape = shape;
       g_.node(turned).type = kv_type_;  // rotated in place in the state's own type
       g_.add(ir::Node{.op = ir::Op::Assign, .name = var + ".assign", .inputs = {turned}, .variable = var});
@@ -139,8 +142,12 @@ class Builder {
     const int rows = param("cache_rows", {"seq"}, kI32);
     const int mask = param("attention_mask", {"seq", "ctx"}, kF32);
     const int kv_base = param("kv_base", {"seq"}, kI32);
-    // Local (sliding-window) layers attend through their own mask: the last n_swa positions only.
-    const int mask_swa = hp_.n_swa > 0 ? param("attention_mask_swa", {"seq", "ctx"}, kF32) : ir::kNoInput;
+    // Local (sliding-window) layers attend through their own mask: the last n_swa positions only;
+    // with a ring, over their ring's rows, written at their own rows.
+    const bool ring = opt.swa_ring && hp_.n_swa > 0;
+    const int mask_swa = hp_.n_swa > 0 ? param("attention_mask_swa", {"seq", ring ? "ring" : "ctx"}, kF32) : ir::kNoInput;
+    const int rows_swa = ring ? param("cache_rows_swa", {"seq"}, kI32) : rows;
+    const int window_swa = ring ? param("kv_window_swa", {"seq", 2}, kI32) : kv_base;
     const int logit_rows = opt.logit_rows ? param("logit_rows", {"out"}, kI32) : ir::kNoInput;
 
     for (const char* longrope : {"rope_factors_long.weight", "rope_factors_short.weight"})
@@ -173,9 +180,11 @@ class Builder {
       }
       q = rope(b + "q_rope", q, positions, H, rope_base(l));
       k = rope(b + "k_rope", k, positions, Hkv, rope_base(l));
-      int kc = update_state(b + "key", rows, k);
-      int vc = update_state(b + "value", rows, v);
-      int att = op(ir::Op::Attention, b + "attention", {q, kc, vc, hp_.is_swa(l) ? mask_swa : mask, kv_base}, {"seq", QD});
+      const bool local = hp_.is_swa(l);
+      const char* state_rows = local && ring ? "ring_rows" : "rows";
+      int kc = update_state(b + "key", local ? rows_swa : rows, k, state_rows);
+      int vc = update_state(b + "value", local ? rows_swa : rows, v, state_rows);
+      int att = op(ir::Op::Attention, b + "attention", {q, kc, vc, local ? mask_swa : mask, local ? window_swa : kv_base}, {"seq", QD});
       g_.node(att).scale = hp_.attn_scale;
       g_.node(att).heads = H;
       g_.node(att).kv_heads = Hkv;
@@ -252,8 +261,8 @@ ir::Graph build_llama_graph(const HParams& hp, const GgufFile& weights, GgmlType
   return Builder(hp, weights, kv_type).build(opt);
 }
 
-ir::Graph build_rerotate_graph(const HParams& hp, const GgufFile& weights, GgmlType kv_type) {
-  return Builder(hp, weights, kv_type).build_rerotate();
+ir::Graph build_rerotate_graph(const HParams& hp, const GgufFile& weights, GgmlType kv_type, bool swa_ring) {
+  return Builder(hp, weights, kv_type).build_rerotate(swa_ring);
 }
 
 }  // namespace npullm::model

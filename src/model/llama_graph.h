@@ -16,8 +16,15 @@
 //                                    the start of its sequence's region, so a batch of tokens from
 //                                    different sequences attends each its own rows
 //   logit_rows      i32 [out]        only with GraphOptions::logit_rows: the rows whose logits are computed
+// With GraphOptions::swa_ring (models with sliding-window layers), those layers keep a ring of K/V
+// rows instead: dims "ring" = rows of one sequence's ring, "ring_rows" = rows of every ring, and
+//   cache_rows_swa  i32 [seq]        ring row each token's local-layer K/V is written to (-1: none)
+//   kv_window_swa   i32 [seq, 2]     first row of token s's ring, and the ring row its keys are
+//                                    visited from (its oldest visible position's, see cpu::attention)
+//   attention_mask_swa f32 [seq, ring] additive, by ring row
 // State variables: "blk.<l>.key" and "blk.<l>.value", [rows, n_head_kv, head_dim] of the K/V type
-// (F32, F16 or Q8_0; Q8_0 needs head_dim to be a multiple of its block of 32).
+// (F32, F16 or Q8_0; Q8_0 needs head_dim to be a multiple of its block of 32); [ring_rows, ...]
+// for the sliding-window layers with swa_ring.
 // Output: logits f32 [seq, n_vocab], or [out, n_vocab] with GraphOptions::logit_rows.
 //
 // Per layer (pre-norm):   h = rmsnorm(x) ; q,k,v = h Wq, h Wk, h Wv ; rope(q), rope(k)
@@ -42,6 +49,9 @@ struct GraphOptions {
   // per-row, so each row's logits are exactly those of the full graph. A prefill that needs the
   // last token's logits then computes [1, n_vocab] instead of [seq, n_vocab].
   bool logit_rows = false;
+  // Sliding-window layers keep a ring of K/V rows (the window plus one prefill chunk and an
+  // alignment margin) instead of one row per position; see the inputs above.
+  bool swa_ring = false;
 };
 
 // Checks that `kv_type` can hold this model's K/V state (F32, F16, or Q8_0 when head_dim is a
@@ -54,6 +64,7 @@ ir::Graph build_llama_graph(const HParams& hp, const GgufFile& weights, GgmlType
 
 // The key re-rotation used by a context shift: input positions i32 [rows] (the position delta of
 // each row; 0 leaves a row as it is), state "blk.<l>.key" (of kv_type) rotated in place. No outputs.
-ir::Graph build_rerotate_graph(const HParams& hp, const GgufFile& weights, GgmlType kv_type);
+// With swa_ring, the sliding-window layers' keys take their deltas from positions_swa i32 [ring_rows].
+ir::Graph build_rerotate_graph(const HParams& hp, const GgufFile& weights, GgmlType kv_type, bool swa_ring = false);
 
 }  // namespace npullm::model

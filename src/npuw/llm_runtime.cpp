@@ -35,11 +35,17 @@ std::vector<int64_t> default_batch_sizes(int64_t parallel) {
   return b;
 }
 
+int64_t swa_ring_rows(int64_t n_swa, int64_t prefill_chunk) {
+  const int64_t need = n_swa + prefill_chunk + 14;  // (n_swa - 1) + P + 15
+  return (need + 15) / 16 * 16;
+}
+
 std::string BlobSpec::cache_config() const {
   std::string panels;
   for (GgmlType t : panels16_types) panels += (panels.empty() ? " panels16=" : ",") + std::string(ggml_type_name(t));
   return std::string(compiler::kCompilerVersion) + " " + name + " seq=" + std::to_string(seq) + " ctx=" + std::to_string(capacity) +
-         " rows=" + std::to_string(rows) + (last_row_logits ? " logits=last" : "") + " kv=" + std::string(ggml_type_name(kv_type)) + panels;
+         " rows=" + std::to_string(rows) + (ring ? " ring=" + std::to_string(ring) + "x" + std::to_string(ring_rows / ring) : "") +
+         (last_row_logits ? " logits=last" : "") + " kv=" + std::string(ggml_type_name(kv_type)) + panels;
 }
 
 std::vector<BlobSpec> blob_specs(const RuntimeConfig& cfg) {
@@ -48,18 +54,19 @@ std::vector<BlobSpec> blob_specs(const RuntimeConfig& cfg) {
   const bool last = !cfg.all_logits;
   const GgmlType kv = cfg.kv_type;
   const int64_t cmax = cfg.variants.back(), rows = cfg.parallel * cmax;
-  std::vector<BlobSpec> out{{BlobSpec::Forward, "prefill", cfg.prefill_chunk, cmax, rows, last, kv}};
+  const int64_t ring = cfg.ring_rows, ring_rows = cfg.parallel * ring;
+  std::vector<BlobSpec> out{{BlobSpec::Forward, "prefill", cfg.prefill_chunk, cmax, rows, ring, ring_rows, last, kv}};
   // Smaller prefill blobs for the tail of a prompt (P/4, P/16, ... down to 8 tokens), so a short
   // prompt or the last chunk of a long one computes little padding.
   if (cfg.prefill_ladder)
     for (int64_t p = cfg.prefill_chunk / 4; p >= 8; p /= 4)
-      out.push_back({BlobSpec::Forward, "prefill-" + std::to_string(p), p, cmax, rows, last, kv});
+      out.push_back({BlobSpec::Forward, "prefill-" + std::to_string(p), p, cmax, rows, ring, ring_rows, last, kv});
   for (int64_t b : cfg.batch_sizes)
     for (int64_t c : cfg.variants) {
       const std::string name = b == 1 ? "generate-" + std::to_string(c) : fmt::format("generate-b{}-{}", b, c);
-      out.push_back({BlobSpec::Forward, name, b, c, rows, false, kv});
+      out.push_back({BlobSpec::Forward, name, b, c, rows, ring, ring_rows, false, kv});
     }
-  out.push_back({BlobSpec::Rerotate, "rerotate", rows, rows, rows, false, kv});
+  out.push_back({BlobSpec::Rerotate, "rerotate", rows, rows, rows, ring, ring_rows, false, kv});
   for (BlobSpec& s : out) s.panels16_types = cfg.panels16_types;
   return out;
 }
@@ -82,6 +89,10 @@ void resolve_config(RuntimeConfig& cfg, const model::HParams& hp) {
   cfg.batch_sizes.erase(std::unique(cfg.batch_sizes.begin(), cfg.batch_sizes.end()), cfg.batch_sizes.end());
   if (cfg.batch_sizes.front() != 1 || cfg.batch_sizes.back() < cfg.parallel)
     fail("generate batch sizes must start at 1 and reach the {} parallel sequences", cfg.parallel);
+  // A ring only pays when it is shorter than the full length.
+  cfg.ring_rows = 0;
+  if (cfg.swa_ring && hp.n_swa > 0 && swa_ring_rows(hp.n_swa, cfg.prefill_chunk) < cfg.variants.back())
+    cfg.ring_rows = swa_ring_rows(hp.n_swa, cfg.prefill_chunk);
 }
 
 // The graphs a model needs (forward with every row's logits or chosen rows', rerotate), built on first use.
@@ -89,14 +100,15 @@ struct Graphs {
   const model::HParams& hp;
   const GgufFile& f;
   GgmlType kv_type;
-  std::unique_ptr<ir::Graph> forward, forward_rows, rerotate;
+  std::unique_ptr<ir::Graph> forward, forward_rows, rerotate;  // one ring setting per runtime
   const ir::Graph& get(const BlobSpec& spec) {
+    const bool ring = spec.ring > 0;
     if (spec.kind == BlobSpec::Rerotate) {
-      if (!rerotate) rerotate = std::make_unique<ir::Graph>(model::build_rerotate_graph(hp, f, kv_type));
+      if (!rerotate) rerotate = std::make_unique<ir::Graph>(model::build_rerotate_graph(hp, f, kv_type, ring));
       return *rerotate;
     }
     auto& g = spec.last_row_logits ? forward_rows : forward;
-    if (!g) g = std::make_unique<ir::Graph>(model::build_llama_graph(hp, f, kv_type, {.logit_rows = spec.last_row_logits}));
+    if (!g) g = std::make_unique<ir::Graph>(model::build_llama_graph(hp, f, kv_type, {.logit_rows = spec.last_row_logits, .swa_ring = ring}));
     return *g;
   }
 };
@@ -104,6 +116,10 @@ struct Graphs {
 std::vector<uint8_t> compile_spec(Graphs& graphs, const BlobSpec& spec) {
   compiler::CompileOptions opt{spec.name, {{"seq", spec.seq}, {"ctx", spec.capacity}, {"rows", spec.rows}}, spec.panels16_types};
   if (spec.last_row_logits) opt.symbols["out"] = 1;
+  if (spec.ring > 0) {
+    opt.symbols["ring"] = spec.ring;
+    opt.symbols["ring_rows"] = spec.ring_rows;
+  }
   return blob::write_blob(compiler::compile(graphs.get(spec), opt));
 }
 
@@ -130,6 +146,8 @@ struct LlmRuntime::Program {
   std::unique_ptr<driver::CommandList> cl;
   std::vector<int32_t> ids, positions, rows, kv_base, logit_rows;
   std::vector<float> mask, mask_swa, logits;  // mask_swa: models with sliding-window layers
+  std::vector<int32_t> rows_swa, window_swa;  // with rings: ring row written, (ring base, start) per token
+  std::vector<int32_t> positions_swa;         // rerotate with rings: delta per ring row
 };
 
 LlmRuntime::LlmRuntime(const std::string& model_path, RuntimeConfig cfg) : cfg_(std::move(cfg)) {
@@ -139,6 +157,9 @@ LlmRuntime::LlmRuntime(const std::string& model_path, RuntimeConfig cfg) : cfg_(
   stats_.kv_capacity = cfg_.variants.back();
   stats_.slots = cfg_.parallel;
   pos_.assign(static_cast<size_t>(cfg_.parallel), 0);
+  ring_ = cfg_.ring_rows;
+  ring_pos_.assign(static_cast<size_t>(cfg_.parallel * ring_), -1);
+  stats_.kv_ring_rows = ring_;
 
   device_ = cpu::create_cpu_device(cfg_.threads);
   cfg_.panels16_types = cfg_.repack_weights ? device_->panels16_types() : std::vector<GgmlType>{};
@@ -206,23 +227,28 @@ void LlmRuntime::load_blobs() {
   // One K/V allocation sized by the prefill blob's state I/Os (slots x C_max rows); every blob's
   // state of the same name is bound to the same region.
   // Sizes come from the blob, so they follow the K/V type (F32 4, F16 2, Q8_0 34/32 bytes an element).
-  const int64_t all_rows = cfg_.parallel * capacity();
+  // Sliding-window layers' states are rings of slots x ring_ rows.
+  const int64_t all_rows = cfg_.parallel * capacity(), ring_rows = cfg_.parallel * ring_;
   size_t total = 0;
   for (const blob::IoDesc& io : prefill_->exe->image().ios) {
     if (io.role != blob::IoRole::State) continue;
     const auto type = static_cast<GgmlType>(io.type);
     if (type != cfg_.kv_type)
       fail("blob 'prefill': state '{}' is {}, but the K/V type is {}", io.name, ggml_type_name(type), ggml_type_name(cfg_.kv_type));
-    if (io.shape.empty() || io.shape[0] != all_rows || io.bytes % static_cast<uint64_t>(all_rows) != 0)
+    const bool ring = ring_ > 0 && !io.shape.empty() && io.shape[0] == ring_rows;
+    const int64_t n = ring ? ring_rows : all_rows;
+    if (io.shape.empty() || io.shape[0] != n || io.bytes % static_cast<uint64_t>(n) != 0)
       fail("blob 'prefill': state '{}' is not {} whole rows", io.name, all_rows);
     int64_t row_elems = 1;
     for (size_t d = 1; d < io.shape.size(); ++d) row_elems *= io.shape[d];
-    const size_t row_bytes = io.bytes / static_cast<uint64_t>(all_rows);
-    regions_.push_back({io.name, type, row_elems, row_bytes, total, io.bytes});
+    const size_t row_bytes = io.bytes / static_cast<uint64_t>(n);
+    regions_.push_back({io.name, type, row_elems, row_bytes, total, io.bytes, ring});
     total += (io.bytes + 63) / 64 * 64;
-    stats_.kv_row_bytes += static_cast<int64_t>(row_bytes);
+    if (ring) stats_.kv_ring_bytes += static_cast<int64_t>(row_bytes) * ring_;
+    else stats_.kv_row_bytes += static_cast<int64_t>(row_bytes);
   }
   kv_ = driver::AlignedBuffer(total);
+  stats_.kv_bytes = static_cast<int64_t>(total);
   if (cache.enabled()) {
     // This model was used now; the cache keeps within its bound (other models go first).
     mark_model_used(cache.model_dir(), gguf_->path());
@@ -255,14 +281,23 @@ void LlmRuntime::load_blobs() {
       s.cl->bind("kv_base", s.kv_base.data(), s.kv_base.size() * 4);
       s.cl->bind("attention_mask", s.mask.data(), s.mask.size() * 4);
       if (hp_.n_swa > 0) {
-        s.mask_swa.assign(s.mask.size(), kNegInf);
+        s.mask_swa.assign(seq * static_cast<size_t>(ring_ > 0 ? ring_ : s.capacity), kNegInf);
         s.cl->bind("attention_mask_swa", s.mask_swa.data(), s.mask_swa.size() * 4);
+      }
+      if (ring_ > 0) {
+        s.rows_swa.assign(seq, -1);
+        s.window_swa.assign(2 * seq, 0);
+        s.cl->bind("cache_rows_swa", s.rows_swa.data(), s.rows_swa.size() * 4);
+        s.cl->bind("kv_window_swa", s.window_swa.data(), s.window_swa.size() * 4);
       }
       s.cl->bind("logits", s.logits.data(), s.logits.size() * 4);
       if (s.last_row_logits) {
         s.logit_rows.assign(1, 0);
         s.cl->bind("logit_rows", s.logit_rows.data(), 4);
       }
+    } else if (ring_ > 0) {
+      s.positions_swa.assign(static_cast<size_t>(ring_rows), 0);
+      s.cl->bind("positions_swa", s.positions_swa.data(), s.positions_swa.size() * 4);
     }
     for (const blob::IoDesc& io : s.exe->image().ios) {
       if (io.role != blob::IoRole::State) continue;
@@ -297,13 +332,41 @@ void LlmRuntime::fill_row(Program& p, int64_t i, int64_t slot, int32_t id, int64
   const int64_t visible = real ? pos + 1 : 0;  // token at pos attends its slot's rows [0, pos]
   std::fill(m, m + visible, 0.0f);
   std::fill(m + visible, m + C, kNegInf);
-  if (!p.mask_swa.empty()) {
-    // Local layers: the token itself and the n_swa - 1 positions before it.
+  if (p.mask_swa.empty()) return;
+  // Local layers: the token itself and the n_swa - 1 positions before it.
+  const int64_t from = real ? std::max<int64_t>(0, pos + 1 - hp_.n_swa) : 0;
+  if (ring_ == 0) {
     float* w = p.mask_swa.data() + i * C;
-    const int64_t from = real ? std::max<int64_t>(0, pos + 1 - hp_.n_swa) : 0;
     std::fill(w, w + C, kNegInf);
     std::fill(w + from, w + visible, 0.0f);
+    return;
   }
+  // A ring: position q lives in row q mod ring_ of the slot's ring. The token's keys are visited
+  // from the row of the multiple of 16 at or before its first visible position, so each key sums
+  // in the SIMD lane and order it has in a full-length window (cpu::attention): same bits.
+  const int64_t R = ring_, ring_first = slot * R;
+  int64_t* held = ring_pos_.data() + ring_first;
+  float* w = p.mask_swa.data() + i * R;
+  std::fill(w, w + R, kNegInf);
+  p.rows_swa[r] = -1;
+  p.window_swa[2 * r] = static_cast<int32_t>(ring_first);
+  p.window_swa[2 * r + 1] = 0;
+  if (!real) return;
+  p.rows_swa[r] = static_cast<int32_t>(ring_first + pos % R);
+  held[pos % R] = pos;
+  p.window_swa[2 * r + 1] = static_cast<int32_t>(from / 16 * 16 % R);
+  for (int64_t q = from; q <= pos; ++q) {
+    if (held[q % R] != q) fail("sliding-window ring of slot {}: position {} is not held (an internal error)", slot, q);
+    w[q % R] = 0.0f;
+  }
+}
+
+bool LlmRuntime::ring_holds(int64_t slot, int64_t from, int64_t to) const {
+  if (ring_ == 0) return true;
+  const int64_t* held = ring_pos_.data() + slot * ring_;
+  for (int64_t q = std::max<int64_t>(from, 0); q < to; ++q)
+    if (held[q % ring_] != q) return false;
+  return true;
 }
 
 std::span<const float> LlmRuntime::prefill_slot(int64_t slot, std::span<const int32_t> ids, std::vector<float>* all_logits) {
@@ -347,11 +410,35 @@ std::span<const float> LlmRuntime::prefill_slot(int64_t slot, std::span<const in
   return {used->logits.data() + last_row * V, static_cast<size_t>(V)};
 }
 
+bool LlmRuntime::can_truncate(int64_t slot, int64_t n) const {
+  check_slot(slot);
+  // The next token (at position n) sees the n_swa - 1 positions before it in the rings.
+  return n >= 0 && n <= position(slot) && (n == position(slot) || ring_holds(slot, n + 1 - hp_.n_swa, n));
+}
+
 void LlmRuntime::truncate(int64_t slot, int64_t n) {
   check_slot(slot);
   int64_t& pos = pos_[static_cast<size_t>(slot)];
   if (n < 0 || n > pos) fail("cannot keep {} rows of slot {}: it holds {}", n, slot, pos);
+  if (!can_truncate(slot, n))
+    fail("cannot keep {} rows of slot {}: its sliding-window rings no longer hold the {} positions before row {}", n, slot,
+         hp_.n_swa - 1, n);
   pos = n;
+  if (ring_ > 0)
+    for (int64_t j = 0; j < ring_; ++j) {
+      int64_t& q = ring_pos_[static_cast<size_t>(slot * ring_ + j)];
+      if (q >= n) q = -1;  // forgotten: never attended again
+    }
+}
+
+bool LlmRuntime::can_shift(int64_t n_keep, int64_t n_discard, int64_t slot) const {
+  check_slot(slot);
+  const int64_t pos = position(slot);
+  if (n_keep < 0 || n_discard < 1 || n_keep + n_discard > pos) return false;
+  // After the shift the next token (at pos - n_discard) sees the n_swa - 1 positions before it:
+  // kept rows [.., n_keep) where they are, moved rows n_discard further on than they will be.
+  const int64_t end = pos - n_discard, from = std::max<int64_t>(0, end + 1 - hp_.n_swa);
+  return ring_holds(slot, from, std::min(end, n_keep)) && ring_holds(slot, std::max(from, n_keep) + n_discard, pos);
 }
 
 void LlmRuntime::shift(int64_t n_keep, int64_t n_discard, int64_t slot) {
@@ -359,9 +446,13 @@ void LlmRuntime::shift(int64_t n_keep, int64_t n_discard, int64_t slot) {
   int64_t& pos = pos_[static_cast<size_t>(slot)];
   if (n_keep < 0 || n_discard < 1 || n_keep + n_discard > pos)
     fail("context shift: cannot drop rows [{}, {}) of the {} in use", n_keep, n_keep + n_discard, pos);
+  if (!can_shift(n_keep, n_discard, slot))
+    fail("context shift: the sliding-window rings of slot {} no longer hold the rows the shifted sequence would see", slot);
   const int64_t first = slot * capacity();
   const int64_t moved = pos - n_keep - n_discard;
+  if (ring_ > 0) shift_rings(n_keep, n_discard, slot);
   for (const StateRegion& r : regions_) {
+    if (r.ring) continue;
     const size_t row = r.row_bytes;
     uint8_t* base = kv_.data() + r.offset + static_cast<size_t>(first) * row;
     std::memmove(base + static_cast<size_t>(n_keep) * row, base + static_cast<size_t>(n_keep + n_discard) * row,
@@ -373,9 +464,44 @@ void LlmRuntime::shift(int64_t n_keep, int64_t n_discard, int64_t slot) {
   Program& s = *rerotate_;
   std::fill(s.positions.begin(), s.positions.end(), 0);
   std::fill(s.positions.begin() + first + n_keep, s.positions.begin() + first + n_keep + moved, static_cast<int32_t>(-n_discard));
-  queue_->run(*s.cl);
+  queue_->run(*s.cl);  // positions_swa: set by shift_rings
   pos -= n_discard;
   stats_.context_shifts++;
+}
+
+void LlmRuntime::shift_rings(int64_t n_keep, int64_t n_discard, int64_t slot) {
+  const int64_t R = ring_;
+  int64_t* held = ring_pos_.data() + slot * R;
+  // Where each ring row's position goes: -1 dropped (or empty), else its new position; a new row
+  // takes the most recent position that lands on it.
+  std::vector<int64_t> dest(static_cast<size_t>(R), -1), now(static_cast<size_t>(R), -1);
+  for (int64_t j = 0; j < R; ++j) {
+    const int64_t q = held[j];
+    if (q < 0 || (q >= n_keep && q < n_keep + n_discard)) continue;
+    const int64_t q_new = q < n_keep ? q : q - n_discard;
+    if (q_new > now[static_cast<size_t>(q_new % R)]) now[static_cast<size_t>(q_new % R)] = q_new;
+    dest[static_cast<size_t>(j)] = q_new;
+  }
+  Program& rr = *rerotate_;
+  std::fill(rr.positions_swa.begin(), rr.positions_swa.end(), 0);
+  std::vector<uint8_t> old;
+  for (const StateRegion& r : regions_) {
+    if (!r.ring) continue;
+    uint8_t* base = kv_.data() + r.offset + static_cast<size_t>(slot * R) * r.row_bytes;
+    old.assign(base, base + static_cast<size_t>(R) * r.row_bytes);
+    for (int64_t j = 0; j < R; ++j) {
+      const int64_t q_new = dest[static_cast<size_t>(j)];
+      if (q_new < 0 || now[static_cast<size_t>(q_new % R)] != q_new || q_new % R == j) continue;  // stays, or loses its row
+      std::memcpy(base + static_cast<size_t>(q_new % R) * r.row_bytes, old.data() + static_cast<size_t>(j) * r.row_bytes, r.row_bytes);
+      stats_.kv_bytes_copied += static_cast<int64_t>(r.row_bytes);
+    }
+  }
+  for (int64_t j = 0; j < R; ++j) {
+    const int64_t q = held[j], q_new = dest[static_cast<size_t>(j)];
+    if (q_new >= 0 && now[static_cast<size_t>(q_new % R)] == q_new && q >= n_keep)
+      rr.positions_swa[static_cast<size_t>(slot * R + q_new % R)] = static_cast<int32_t>(-n_discard);
+  }
+  std::copy(now.begin(), now.end(), held);
 }
 
 std::vector<std::string> LlmRuntime::state_names() const {
@@ -388,6 +514,17 @@ std::vector<float> LlmRuntime::get_state(const std::string& name, int64_t slot) 
   check_slot(slot);
   for (const StateRegion& r : regions_) {
     if (r.name != name) continue;
+    if (r.ring) {
+      // The most recent positions the ring holds, oldest first.
+      const int64_t pos = position(slot);
+      int64_t n = 0;
+      while (n < pos && ring_holds(slot, pos - n - 1, pos - n)) ++n;
+      std::vector<float> out(static_cast<size_t>(n * r.row_elems));
+      for (int64_t q = pos - n; q < pos; ++q)
+        dequantize_row(r.type, kv_.data() + r.offset + static_cast<size_t>(slot * ring_ + q % ring_) * r.row_bytes,
+                       out.data() + (q - pos + n) * r.row_elems, r.row_elems);
+      return out;
+    }
     // Rows are whole blocks (the compiler checks it), so the slot's first rows convert as one run.
     const int64_t elems = position(slot) * r.row_elems;
     std::vector<float> out(static_cast<size_t>(elems));

@@ -62,7 +62,17 @@ struct RuntimeConfig {
   bool repack_weights = true;
   // Resolved from the device when repack_weights is on: the weight types stored as Panels16.
   std::vector<GgmlType> panels16_types;
+  // Sliding-window layers (Gemma 3's local layers) keep a ring of K/V rows per slot: the window,
+  // one prefill chunk and an alignment margin (swa_ring_rows), addressed modulo its size, instead
+  // of C_max rows. Off: they keep C_max rows like the global layers (the same logits, bit for bit).
+  bool swa_ring = true;
+  int64_t ring_rows = 0;  // resolved at start: rows of a slot's ring (0: no rings)
 };
+
+// Rows of one slot's ring for a window of n_swa positions and prefill chunks of up to P tokens:
+// a chunk writes P rows while its first token still sees n_swa - 1 earlier ones, and the keys are
+// visited from a row that is a multiple of 16 (cpu::attention's lane rule), so up to 15 more.
+int64_t swa_ring_rows(int64_t n_swa, int64_t prefill_chunk);
 
 struct RuntimeStats {
   int64_t compiled_blobs = 0;          // compiled in this process
@@ -76,7 +86,10 @@ struct RuntimeStats {
   int64_t context_shifts = 0;
   int64_t kv_capacity = 0;             // C_max
   int64_t scratch_bytes = 0;           // the one scratch arena every blob shares (the largest blob's need)
-  int64_t kv_row_bytes = 0;            // bytes one position takes in all state variables together
+  int64_t kv_row_bytes = 0;            // bytes one position takes in the full-length state variables together
+  int64_t kv_ring_rows = 0;            // rows of each sliding-window layer's ring per slot (0: no rings)
+  int64_t kv_ring_bytes = 0;           // bytes of one slot's rings, all such layers together (fixed)
+  int64_t kv_bytes = 0;                // the whole K/V allocation: slots x (C_max x kv_row_bytes + kv_ring_bytes)
   int64_t packed_weights_built = 0;    // weights packed into another layout in this process
   int64_t packed_weights_cached = 0;   // packed weights mapped from the cache
   int64_t slots = 1;                   // sequence slots (RuntimeConfig::parallel)
@@ -102,6 +115,7 @@ struct BlobSpec {
   std::string name;
   int64_t seq = 0, capacity = 0;
   int64_t rows = 0;                  // state rows: every slot's region
+  int64_t ring = 0, ring_rows = 0;   // sliding-window rings: rows per slot and in all (0: none)
   bool last_row_logits = false;      // Forward: logits of one chosen row (input logit_rows), not of all seq
   GgmlType kv_type = GgmlType::F16;
   std::vector<GgmlType> panels16_types;  // MatMul weight types stored as Panels16
@@ -155,15 +169,23 @@ class LlmRuntime {
   std::span<const float> decode_batch(std::span<const SlotToken> tokens);
   // Forgets a slot's state (its K/V rows are simply no longer attended).
   void reset(int64_t slot = 0) { truncate(slot, 0); }
-  // Keeps a slot's first n rows and forgets the rest (a shared prefix is reused this way).
+  // Keeps a slot's first n rows and forgets the rest (a shared prefix is reused this way). Throws
+  // if the slot's sliding-window rings no longer hold the rows a token at position n would see
+  // (can_truncate false: keep 0 rows and prefill again).
   void truncate(int64_t slot, int64_t n);
+  bool can_truncate(int64_t slot, int64_t n) const;
   // Forgets rows [n_keep, n_keep + n_discard) of a slot: later rows move down by n_discard and their
   // keys are re-rotated to their new positions, so positions stay contiguous and nothing is
-  // re-prefilled. The moved bytes are counted in kv_bytes_copied.
+  // re-prefilled. The moved bytes are counted in kv_bytes_copied. Throws, changing nothing, when
+  // the sliding-window rings lack rows the shifted sequence would see (can_shift false: the kept
+  // rows were overwritten; prefill the kept ids again instead).
   void shift(int64_t n_keep, int64_t n_discard, int64_t slot = 0);
+  bool can_shift(int64_t n_keep, int64_t n_discard, int64_t slot = 0) const;
 
   // Variable state access (DESIGN rule 4): the names of the state variables, and a copy of the
   // first position(slot) rows of one of them in a slot (row-major, converted to F32 whatever the K/V type).
+  // A sliding-window ring gives the rows of the last min(position, held) positions, oldest first,
+  // where `held` is how many of the most recent positions the ring holds.
   std::vector<std::string> state_names() const;
   std::vector<float> get_state(const std::string& name, int64_t slot = 0) const;
 
@@ -173,7 +195,13 @@ class LlmRuntime {
   Program& generate_for(int64_t batch, int64_t rows);
   void check_slot(int64_t slot) const;
   // Sets row i of a program's inputs: token `id` of `slot` at position `pos` (real), or padding.
+  // A real token's ring row is recorded as written (ring_pos_) first.
   void fill_row(Program& p, int64_t i, int64_t slot, int32_t id, int64_t pos, bool real);
+  // Whether a slot's rings hold every position in [from, to).
+  bool ring_holds(int64_t slot, int64_t from, int64_t to) const;
+  // The ring half of shift(): each held row moves to the ring row of its new position, and the
+  // moved keys' rotation deltas are set in the rerotate blob's positions_swa.
+  void shift_rings(int64_t n_keep, int64_t n_discard, int64_t slot);
 
   RuntimeConfig cfg_;
   std::unique_ptr<GgufFile> gguf_;
@@ -189,13 +217,16 @@ class LlmRuntime {
     GgmlType type = GgmlType::F32;
     int64_t row_elems = 0;        // elements of one row (position)
     size_t row_bytes = 0;
-    size_t offset = 0, bytes = 0;  // of slots x C_max rows in kv_
+    size_t offset = 0, bytes = 0;  // of slots x C_max rows (or slots x ring rows) in kv_
+    bool ring = false;             // a sliding-window layer's ring
   };
   std::vector<StateRegion> regions_;  // one per state variable, slots x C_max rows each
   std::vector<std::unique_ptr<Program>> generate_;  // by batch size, then capacity
   driver::AlignedBuffer kv_;
   std::shared_ptr<driver::ScratchArena> scratch_;  // shared by every blob (they run one at a time on queue_)
   std::vector<int64_t> pos_;                       // rows in use, per slot
+  int64_t ring_ = 0;                               // rows of a slot's ring (0: no rings)
+  std::vector<int64_t> ring_pos_;                  // position each ring row holds (-1: none), slots x ring_
   RuntimeStats stats_;
 };
 

@@ -723,6 +723,8 @@ TEST_P(KernelIsa, SwigluMatchesReference) {
 
 // ---- attention -------------------------------------------------------------------------------
 
+const GgmlType kKvTypesForRing[] = {GgmlType::F32, GgmlType::F16, GgmlType::Q8_0};
+
 struct AttnProblem {
   int64_t S, H, Hkv, hd, C;
   GgmlType kt, vt;
@@ -783,7 +785,7 @@ std::vector<float> run_attention(const AttnProblem& p, float scale, const std::v
   std::vector<float> work(attention_work_floats(p.C) + 1);
   for (size_t i = 0; i + 1 < cuts.size(); ++i)
     attention(p.q.data(), p.k.data(), p.kt, p.v.data(), p.vt, with_mask ? p.mask.data() : nullptr, out.data(),
-              p.H, p.Hkv, p.hd, p.C, scale, cuts[i], cuts[i + 1], work.data());
+              p.H, p.Hkv, p.hd, p.C, 0, scale, cuts[i], cuts[i + 1], work.data());
   return out;
 }
 
@@ -809,6 +811,42 @@ TEST_P(KernelIsa, AttentionMatchesReference) {
         // Any split of the rows gives the same bits.
         const std::vector<float> split = run_attention(p, scale, {0, 1, R / 2, R / 2 + 1, R});
         for (size_t i = 0; i < got.size(); ++i) ASSERT_TRUE(same_bits(got[i], split[i])) << i;
+      }
+}
+
+// A ring of K/V rows (a sliding-window layer's): position q in row q mod R. Visited from the row of
+// a multiple of 16 at or before the first visible position, the window's keys give the same bits
+// as the same keys at rows q of a longer window (each key sums in the lane q mod 16, in the same
+// order), for every K/V type and wherever the window wraps.
+TEST_P(KernelIsa, AttentionOverARingGivesTheBitsOfTheFullWindow) {
+  const int64_t H = 4, Hkv = 2, hd = 64, n_swa = 20, R = 48, C = 112;
+  uint32_t seed = 9000;
+  for (GgmlType kt : kKvTypesForRing)
+    for (GgmlType vt : kKvTypesForRing)
+      for (int64_t p : {5, 20, 47, 48, 60, 77, 95, 100}) {  // the query's position
+        SCOPED_TRACE("position " + std::to_string(p) + " k=" + std::string(ggml_type_name(kt)) + " v=" + std::string(ggml_type_name(vt)));
+        AttnProblem full = make_attention(1, H, Hkv, hd, C, kt, vt, seed += 3);
+        const int64_t from = std::max<int64_t>(0, p - n_swa + 1);
+        std::fill(full.mask.begin(), full.mask.end(), -kInf);
+        for (int64_t q = from; q <= p; ++q) full.mask[q] = 0.0f;
+        // The ring holds the last R positions up to p; other rows hold older garbage (masked).
+        AttnProblem ring = full;
+        ring.C = R;
+        const size_t krow = ggml_row_bytes(kt, Hkv * hd), vrow = ggml_row_bytes(vt, Hkv * hd);
+        ring.k.assign(R * krow, 0x55);
+        ring.v.assign(R * vrow, 0x11);
+        ring.mask.assign(R, -kInf);
+        for (int64_t q = std::max<int64_t>(0, p - R + 1); q <= p; ++q) {
+          std::memcpy(ring.k.data() + (q % R) * krow, full.k.data() + q * krow, krow);
+          std::memcpy(ring.v.data() + (q % R) * vrow, full.v.data() + q * vrow, vrow);
+          if (q >= from) ring.mask[q % R] = 0.0f;
+        }
+        const float scale = 0.125f;
+        const std::vector<float> want = run_attention(full, scale, {0, H});
+        std::vector<float> got(H * hd, -7.0f), work(attention_work_floats(R) + 1);
+        attention(ring.q.data(), ring.k.data(), kt, ring.v.data(), vt, ring.mask.data(), got.data(), H, Hkv, hd, R, from / 16 * 16 % R,
+                  scale, 0, H, work.data());
+        for (size_t i = 0; i < got.size(); ++i) ASSERT_TRUE(same_bits(got[i], want[i])) << "element " << i;
       }
 }
 
@@ -1117,19 +1155,22 @@ TEST(KernelErrors, BadArgumentsThrow) {
   EXPECT_THROW(matmul(x.data(), 1, 64, w.data(), GgmlType::F32, nullptr, nullptr, out.data(), 4, 2, 5, nullptr),
                Error);  // range
   EXPECT_THROW(attention(x.data(), w.data(), GgmlType::Q8_0, w.data(), GgmlType::F32, nullptr, out.data(), 2, 1, 4, 2,
-                         1.0f, 0, 1, work.data()),
+                         0, 1.0f, 0, 1, work.data()),
                Error);
   EXPECT_THROW(attention(x.data(), w.data(), GgmlType::F32, w.data(), GgmlType::F32, nullptr, out.data(), 3, 2, 4, 2,
-                         1.0f, 0, 1, work.data()),
+                         0, 1.0f, 0, 1, work.data()),
                Error);  // 3 heads over 2 KV heads
+  EXPECT_THROW(attention(x.data(), w.data(), GgmlType::F32, w.data(), GgmlType::F32, nullptr, out.data(), 2, 1, 4, 2,
+                         2, 1.0f, 0, 1, work.data()),
+               Error);  // a ring start outside the window
   EXPECT_THROW(rope(x.data(), nullptr, 1, 8, 8, 10000.0f, 1.0f, nullptr, 1, 0, 1), Error);
   EXPECT_THROW(rope(x.data(), nullptr, 1, 8, 10, 10000.0f, 1.0f, nullptr, 0, 0, 1), Error);
   EXPECT_THROW(scatter_rows(x.data(), nullptr, w.data(), GgmlType::Q4_0, 32, 1, 0, 1), Error);  // not a K/V type
   EXPECT_THROW(attention(x.data(), w.data(), GgmlType::F16, w.data(), GgmlType::Q4_0, nullptr, out.data(), 2, 1, 32, 2,
-                         1.0f, 0, 1, work.data()),
+                         0, 1.0f, 0, 1, work.data()),
                Error);  // Q4_0 is no K/V type
   EXPECT_THROW(attention(x.data(), w.data(), GgmlType::Q8_0, w.data(), GgmlType::Q8_0, nullptr, out.data(), 1, 1, 48, 1,
-                         1.0f, 0, 1, work.data()),
+                         0, 1.0f, 0, 1, work.data()),
                Error);  // Q8_0 heads must be whole blocks of 32
   // Panels16: only the int8 types with whole dwords per row, ranges that start at a panel.
   EXPECT_FALSE(matmul_reads_panels16(GgmlType::F16, 64));

@@ -53,32 +53,34 @@ class AlignedBytes {
   std::vector<uint8_t> store_;
 };
 
-// Attention rows [b, e) of (query, head) pairs. Without a base operand every query attends rows
+// Attention rows [b, e) of (query, head) pairs. Without a window operand every query attends rows
 // [0, C) of K/V; with one, query s attends [base[s], base[s] + C), so one task serves a batch of
 // queries from different sequences, each over its own region of the state (a window that leaves
-// the R rows there are gives zeros, like a fully masked row).
+// the R rows there are gives zeros, like a fully masked row). A window of two columns also names
+// the ring row its keys are visited from (a sliding-window layer's ring of K/V rows).
 void attention_windows(const TaskDesc& t, int64_t b, int64_t e, float* work) {
   const int64_t H = t.dim[1], Hkv = t.dim[2], hd = t.dim[3], C = t.dim[4], R = t.dim[5];
   const float* q = p<const float>(t, 0);
   const float* mask = p<const float>(t, 3);
   float* out = p<float>(t, 4);
   const int32_t* base = p<const int32_t>(t, 5);
+  const int64_t cols = t.iparam[0] == 2 ? 2 : 1;
   if (!base) {
-    attention(q, p<const void>(t, 1), ty(t, 1), p<const void>(t, 2), ty(t, 2), mask, out, H, Hkv, hd, C, t.fparam[0], b, e, work);
+    attention(q, p<const void>(t, 1), ty(t, 1), p<const void>(t, 2), ty(t, 2), mask, out, H, Hkv, hd, C, 0, t.fparam[0], b, e, work);
     return;
   }
   const size_t k_row = ggml_row_bytes(ty(t, 1), Hkv * hd), v_row = ggml_row_bytes(ty(t, 2), Hkv * hd);
   for (int64_t s = b / H; s * H < e; ++s) {
     const int64_t r0 = std::max(b, s * H) - s * H, r1 = std::min(e, (s + 1) * H) - s * H;
-    const int64_t first = base[s];
+    const int64_t first = base[s * cols], start = cols == 2 ? base[s * cols + 1] : 0;
     float* o = out + s * H * hd;
-    if (first < 0 || first + C > R) {
+    if (first < 0 || first + C > R || start < 0 || (start > 0 && start >= C)) {
       std::fill(o + r0 * hd, o + r1 * hd, 0.0f);
       continue;
     }
     attention(q + s * H * hd, p<const uint8_t>(t, 1) + static_cast<size_t>(first) * k_row, ty(t, 1),
               p<const uint8_t>(t, 2) + static_cast<size_t>(first) * v_row, ty(t, 2), mask ? mask + s * C : nullptr, o, H, Hkv,
-              hd, C, t.fparam[0], r0, r1, work);
+              hd, C, start, t.fparam[0], r0, r1, work);
   }
 }
 

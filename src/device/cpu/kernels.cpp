@@ -211,8 +211,8 @@ void scalar_quantize_x(GgmlType wt, const float* x, int64_t M, int64_t K, void* 
 }
 void scalar_attention(const float* q, const void* k, GgmlType k_type, const void* v, GgmlType v_type,
                       const float* mask, float* out, int64_t H, int64_t Hkv, int64_t hd, int64_t C,
-                      float scale, int64_t r0, int64_t r1, float* work) {
-  attention_impl<ScalarOps>(q, k, k_type, v, v_type, mask, out, H, Hkv, hd, C, scale, r0, r1, work);
+                      int64_t rot, float scale, int64_t r0, int64_t r1, float* work) {
+  attention_impl<ScalarOps>(q, k, k_type, v, v_type, mask, out, H, Hkv, hd, C, rot, scale, r0, r1, work);
 }
 void scalar_swiglu(const float* gate, const float* up, float* out, int64_t i0, int64_t i1) {
   swiglu_impl<ScalarOps>(gate, up, out, i0, i1);
@@ -576,7 +576,7 @@ void swiglu(const float* gate, const float* up, float* out, int64_t i0, int64_t 
 
 void attention(const float* q, const void* k, GgmlType k_type, const void* v, GgmlType v_type,
                const float* mask, float* out, int64_t H, int64_t Hkv, int64_t hd, int64_t C,
-               float scale, int64_t r0, int64_t r1, float* work) {
+               int64_t rot, float scale, int64_t r0, int64_t r1, float* work) {
   if (r0 >= r1) return;
   if (!kv_type_ok(k_type) || !kv_type_ok(v_type))
     fail("attention: K/V cache types must be F32, F16 or Q8_0, got {} / {}", type_name(k_type), type_name(v_type));
@@ -585,7 +585,8 @@ void attention(const float* q, const void* k, GgmlType k_type, const void* v, Gg
   if ((k_type == GgmlType::Q8_0 || v_type == GgmlType::Q8_0) && hd % 32 != 0)
     fail("attention: a Q8_0 K/V cache needs a head size that is a multiple of 32, got {}", hd);
   if (C > 0 && work == nullptr) fail("attention: needs a work buffer of {} floats", C);
-  active().attention(q, k, k_type, v, v_type, mask, out, H, Hkv, hd, C, scale, r0, r1, work);
+  if (rot < 0 || (rot > 0 && rot >= C)) fail("attention: ring start {} outside a window of {} rows", rot, C);
+  active().attention(q, k, k_type, v, v_type, mask, out, H, Hkv, hd, C, rot, scale, r0, r1, work);
 }
 
 }  // namespace npullm::cpu

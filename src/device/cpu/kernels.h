@@ -96,10 +96,13 @@ void geglu(const float* gate, const float* up, float* out, int64_t i0, int64_t i
 // out[s,h,:] = sum_t p[t] v[t,g,:], p = softmax_t(scale * q[s,h,:].k[t,g,:] + mask[s,t]),
 // g = h / (H / Hkv). k, v are [C, Hkv, hd] of type F32, F16 or Q8_0 (hd a multiple of 32; each
 // head is hd / 32 blocks), read and widened to F32 in registers (no copy). A fully masked row gives
-// zeros. work: at least C floats.
+// zeros. work: at least C floats. rot: the window is a ring whose keys are visited (summed) in the
+// order rows rot, rot + 1, ..., C - 1, 0, ..., rot - 1 (0: in row order); mask[s, row] is by row.
+// With rot and C multiples of 16, a key's SIMD lane is its row mod 16 either way, so a ring visited
+// from its oldest row gives the same bits as the same keys in row order of a longer window.
 void attention(const float* q, const void* k, GgmlType k_type, const void* v, GgmlType v_type,
                const float* mask, float* out, int64_t H, int64_t Hkv, int64_t hd, int64_t C,
-               float scale, int64_t r0, int64_t r1, float* work);
+               int64_t rot, float scale, int64_t r0, int64_t r1, float* work);
 
 // How matmul treats the activations for weights of type wt (see matmul).
 enum class MatmulActivations { F32, Q8_0, Q8_K };

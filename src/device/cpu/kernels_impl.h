@@ -50,7 +50,7 @@ struct IsaKernels {
   // multiple of Hkv.
   void (*attention)(const float* q, const void* k, GgmlType k_type, const void* v, GgmlType v_type,
                     const float* mask, float* out, int64_t H, int64_t Hkv, int64_t hd, int64_t C,
-                    float scale, int64_t r0, int64_t r1, float* work);
+                    int64_t rot, float scale, int64_t r0, int64_t r1, float* work);
   void (*swiglu)(const float* gate, const float* up, float* out, int64_t i0, int64_t i1);
 };
 
@@ -349,7 +349,7 @@ inline void axpy(float a, const uint8_t* v, float* y, int64_t n) {
 
 template <class Ops, GgmlType KT, GgmlType VT>
 void attention_rows(const float* q, const uint8_t* k, const uint8_t* v, const float* mask, float* out,
-                    int64_t H, int64_t Hkv, int64_t hd, int64_t C, float scale, int64_t r0, int64_t r1,
+                    int64_t H, int64_t Hkv, int64_t hd, int64_t C, int64_t rot, float scale, int64_t r0, int64_t r1,
                     float* scores) {
   using V = typename Ops::V;
   constexpr int W = Ops::W;
@@ -362,17 +362,20 @@ void attention_rows(const float* q, const uint8_t* k, const uint8_t* v, const fl
     float* o = out + r * hd;
     const float* mrow = mask ? mask + s * C : nullptr;
 
-    // Scores; keys masked with -inf are not even read (causal masks skip half the cache).
+    // Scores; keys masked with -inf are not even read (causal masks skip half the cache). Key t
+    // (in the order the sums below visit keys) is row (rot + t) mod C of the window, and the mask
+    // is indexed by row: a ring of K/V rows is visited from its oldest needed row on.
     float mx = kNegInf;
     for (int64_t t = 0; t < C; ++t) {
-      const float mval = mrow ? mrow[t] : 0.0f;
+      const int64_t row = t + rot < C ? t + rot : t + rot - C;
+      const float mval = mrow ? mrow[row] : 0.0f;
       if (mval == kNegInf) {
         scores[t] = kNegInf;
         continue;
       }
       float dot;
-      if constexpr (KT == GgmlType::Q8_0) dot = dot_q8_0<Ops>(qr, k + (t * Hkv + g) * k_head, hd);
-      else gemv_tile<Ops, KT, 1>(qr, hd, k + (t * Hkv + g) * k_head, 0, &dot);
+      if constexpr (KT == GgmlType::Q8_0) dot = dot_q8_0<Ops>(qr, k + (row * Hkv + g) * k_head, hd);
+      else gemv_tile<Ops, KT, 1>(qr, hd, k + (row * Hkv + g) * k_head, 0, &dot);
       const float sc = scale * dot + mval;
       scores[t] = sc;
       mx = sc > mx ? sc : mx;
@@ -417,7 +420,8 @@ void attention_rows(const float* q, const uint8_t* k, const uint8_t* v, const fl
         const float p = scores[t];
         if (p == 0.0f) continue;
         const V av = Ops::set1(p * inv);
-        const uint8_t* vr = v + (t * Hkv + g) * v_head;
+        const int64_t row = t + rot < C ? t + rot : t + rot - C;
+        const uint8_t* vr = v + (row * Hkv + g) * v_head;
         NPULLM_UNROLL
         for (int i = 0; i < kVecs; ++i) {
           const int64_t e = k0 + i * W;
@@ -440,17 +444,17 @@ void attention_rows(const float* q, const uint8_t* k, const uint8_t* v, const fl
 
 template <class Ops, GgmlType KT>
 void attention_for_k(const float* q, const uint8_t* k, const uint8_t* v, GgmlType v_type, const float* mask,
-                     float* out, int64_t H, int64_t Hkv, int64_t hd, int64_t C, float scale, int64_t r0, int64_t r1,
+                     float* out, int64_t H, int64_t Hkv, int64_t hd, int64_t C, int64_t rot, float scale, int64_t r0, int64_t r1,
                      float* work) {
   switch (v_type) {
     case GgmlType::F16:
-      attention_rows<Ops, KT, GgmlType::F16>(q, k, v, mask, out, H, Hkv, hd, C, scale, r0, r1, work);
+      attention_rows<Ops, KT, GgmlType::F16>(q, k, v, mask, out, H, Hkv, hd, C, rot, scale, r0, r1, work);
       return;
     case GgmlType::Q8_0:
-      attention_rows<Ops, KT, GgmlType::Q8_0>(q, k, v, mask, out, H, Hkv, hd, C, scale, r0, r1, work);
+      attention_rows<Ops, KT, GgmlType::Q8_0>(q, k, v, mask, out, H, Hkv, hd, C, rot, scale, r0, r1, work);
       return;
     default:
-      attention_rows<Ops, KT, GgmlType::F32>(q, k, v, mask, out, H, Hkv, hd, C, scale, r0, r1, work);
+      attention_rows<Ops, KT, GgmlType::F32>(q, k, v, mask, out, H, Hkv, hd, C, rot, scale, r0, r1, work);
       return;
   }
 }
@@ -458,18 +462,18 @@ void attention_for_k(const float* q, const uint8_t* k, const uint8_t* v, GgmlTyp
 template <class Ops>
 void attention_impl(const float* q, const void* k, GgmlType k_type, const void* v, GgmlType v_type,
                     const float* mask, float* out, int64_t H, int64_t Hkv, int64_t hd, int64_t C,
-                    float scale, int64_t r0, int64_t r1, float* work) {
+                    int64_t rot, float scale, int64_t r0, int64_t r1, float* work) {
   const auto* kb = static_cast<const uint8_t*>(k);
   const auto* vb = static_cast<const uint8_t*>(v);
   switch (k_type) {
     case GgmlType::F16:
-      attention_for_k<Ops, GgmlType::F16>(q, kb, vb, v_type, mask, out, H, Hkv, hd, C, scale, r0, r1, work);
+      attention_for_k<Ops, GgmlType::F16>(q, kb, vb, v_type, mask, out, H, Hkv, hd, C, rot, scale, r0, r1, work);
       return;
     case GgmlType::Q8_0:
-      attention_for_k<Ops, GgmlType::Q8_0>(q, kb, vb, v_type, mask, out, H, Hkv, hd, C, scale, r0, r1, work);
+      attention_for_k<Ops, GgmlType::Q8_0>(q, kb, vb, v_type, mask, out, H, Hkv, hd, C, rot, scale, r0, r1, work);
       return;
     default:
-      attention_for_k<Ops, GgmlType::F32>(q, kb, vb, v_type, mask, out, H, Hkv, hd, C, scale, r0, r1, work);
+      attention_for_k<Ops, GgmlType::F32>(q, kb, vb, v_type, mask, out, H, Hkv, hd, C, rot, scale, r0, r1, work);
       return;
   }
 }

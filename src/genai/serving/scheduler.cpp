@@ -161,7 +161,9 @@ bool Scheduler::admit() {
     size_t best_len = 0;
     for (auto& s : slots_) {
       if (s->req) continue;
-      const size_t len = common_prefix(s->tokens, prompt);
+      size_t len = common_prefix(s->tokens, prompt);
+      // A sliding-window ring may have overwritten what a shorter prefix needs: then nothing is reused.
+      if (len > 0 && !rt_->can_truncate(s->id, static_cast<int64_t>(std::min(len, prompt.size() - 1)))) len = 0;
       if (!best || len > best_len || (len == best_len && s->last_used < best->last_used)) {
         best = s.get();
         best_len = len;
