@@ -6,10 +6,12 @@
 #include <cmath>
 #include <fmt/format.h>
 #include <nlohmann/json.hpp>
+#include <optional>
 #include <random>
 #include <sys/resource.h>
 
 #include "cli/bandwidth.h"
+#include "cli/busy_load.h"
 #include "cli/commands.h"
 #include "common/error.h"
 #include "formats/gguf.h"
@@ -23,6 +25,7 @@ struct BenchOptions {
   int64_t n_prompt = 512, n_gen = 128, repetitions = 3, ttft_prompt = 32;
   int64_t parallel = 0, parallel_prompt = 32;  // --parallel N: N sequences decoding together
   int64_t depth = 0;                           // --depth D: tg after D tokens of context (llama-bench -d)
+  int busy = 0;                                // --busy N: N busy-looping processes beside the timed tests
   bool json = false;
   RuntimeOptions rt;
 };
@@ -71,6 +74,9 @@ int run(BenchOptions& o) {
   }
   if (o.parallel > 0) cfg.parallel = o.parallel;
   npuw::LlmRuntime rt(o.model, cfg);
+  // Loaded (and compiled) on a quiet machine; the timed tests run beside the busy processes.
+  std::optional<BusyLoad> busy;
+  if (o.busy > 0) busy.emplace(o.busy);
   const int64_t V = rt.n_vocab();
   std::mt19937 rng(1234);
   auto random_ids = [&](int64_t n) {
@@ -152,6 +158,7 @@ int run(BenchOptions& o) {
   const double padded_fraction = computed > 0 ? static_cast<double>(s1.padded_positions - s0.padded_positions) / computed : 0.0;
   const double kv_copied_per_token = decoded > 0 ? static_cast<double>(s1.kv_bytes_copied - s0.kv_bytes_copied) / decoded : 0.0;
 
+  busy.reset();  // the roofline below is the quiet machine's
   rusage ru{};
   getrusage(RUSAGE_SELF, &ru);
   const double peak_rss = static_cast<double>(ru.ru_maxrss) * 1024.0;
@@ -176,6 +183,7 @@ int run(BenchOptions& o) {
                         {"prefill_chunk", cfg.prefill_chunk},
                         {"variants", rt.variants()},
                         {"kv_type", kv_type_option(cfg.kv_type)},
+                        {"busy", o.busy},
                         // The K/V allocation: full-length layers' rows plus the sliding-window rings.
                         {"kv", {{"bytes", rt.stats().kv_bytes},
                                 {"bytes_per_position", rt.stats().kv_row_bytes},
@@ -192,7 +200,8 @@ int run(BenchOptions& o) {
                        {"batch_sizes", rt.batch_sizes()}};
     fmt::print("{}\n", j.dump());
   } else {
-    fmt::print("model {} | {} | chunk {} | variants {}\n", o.model, rt.device_name(), cfg.prefill_chunk, rt.variants().size());
+    fmt::print("model {} | {} | chunk {} | variants {}{}\n", o.model, rt.device_name(), cfg.prefill_chunk, rt.variants().size(),
+               o.busy > 0 ? fmt::format(" | {} busy-looping process(es) beside", o.busy) : "");
     fmt::print("| test   |          t/s |\n|--------|--------------|\n");
     if (!pp.empty()) fmt::print("| pp{:<4} | {:>7.2f} ± {:<4.2f} |\n", o.n_prompt, pps.mean, pps.sd);
     if (!tg.empty())
@@ -229,6 +238,9 @@ void add_bench(CLI::App& app, Actions& actions) {
   cmd->add_option("--parallel", o->parallel, "also decode N sequences together (batched blobs) and report aggregate and per-sequence tg")
       ->check(CLI::Range(1, 256));
   cmd->add_option("--parallel-prompt", o->parallel_prompt, "prompt tokens of each sequence before the parallel tg test")->capture_default_str();
+  cmd->add_option("--busy", o->busy, "run N busy-looping processes beside the timed tests (a shared, busy machine)")
+      ->capture_default_str()
+      ->check(CLI::Range(0, 256));
   cmd->add_flag("--json", o->json, "print one JSON object");
   o->rt.add_to(cmd);
   actions.push_back([cmd, o]() -> int { return cmd->parsed() ? run(*o) : -1; });

@@ -41,6 +41,23 @@ Split split_of(const TaskDesc& t) {
   return {0, 1};
 }
 
+// Roughly the multiply-adds (or element operations) a task does: a stage below kParallelWork runs
+// on the calling thread alone, since waking the others costs more than it saves (stories260K's
+// whole decode step is such stages) and a worker that only spins slows a busy machine down.
+int64_t work_of(const TaskDesc& t) {
+  switch (static_cast<OpCode>(t.op)) {
+    case OpCode::MatMul: return t.dim[0] * t.dim[1] * t.dim[2];
+    case OpCode::Attention: return 2 * t.dim[0] * t.dim[1] * t.dim[3] * t.dim[4];
+    case OpCode::RmsNorm:
+    case OpCode::Embed:
+    case OpCode::ScatterRows:
+    case OpCode::GatherRows: return t.dim[0] * t.dim[1];
+    case OpCode::Rope: return split_of(t).length * 64;
+    default: return split_of(t).length;
+  }
+}
+constexpr int64_t kParallelWork = 1 << 17;
+
 // A growable 64-byte-aligned byte buffer (contents are not kept when it grows).
 class AlignedBytes {
  public:
@@ -217,6 +234,8 @@ class CpuDevice final : public device::Device {
       chunk_count_[i] = std::min<int64_t>(max_chunks, threads * 4);
       chunk_start_[i + 1] = chunk_start_[i] + chunk_count_[i];
     }
+    int64_t work = 0;
+    for (size_t i = 0; i < n; ++i) work += work_of(tasks[i]);
     pool_.run(chunk_start_[n], [&](int64_t item, int worker) {
       const size_t i = static_cast<size_t>(std::upper_bound(chunk_start_.begin(), chunk_start_.end(), item) - chunk_start_.begin() - 1);
       const int64_t c = item - chunk_start_[i];
@@ -226,7 +245,7 @@ class CpuDevice final : public device::Device {
       const int64_t step = (per + s.grain - 1) / s.grain * s.grain;
       const int64_t b = std::min(s.length, c * step), e = std::min(s.length, b + step);
       if (b < e) run_chunk(tasks[i], b, e, work_[static_cast<size_t>(worker)].data(), xq_[i]);
-    });
+    }, work >= kParallelWork);
   }
 
   // One activation quantisation of a stage and the tasks that use it.

@@ -5,66 +5,102 @@
 namespace npullm::cpu {
 
 namespace {
-constexpr int kSpinsBeforeSleep = 4000;  // a few tens of microseconds of pause before sleeping or yielding
-}
+// Pauses a waiting thread spins before it sleeps (a worker) or yields (the caller): about 0.1-0.3 ms
+// at ~40-140 cycles a pause, long enough to bridge the gap between two stages of one step without
+// a system call, short enough that a pool waiting on a busy machine gives the core back soon.
+constexpr int kSpinsBeforeSleep = 2000;
+}  // namespace
 
-WorkerPool::WorkerPool(int threads) : n_threads_(threads < 1 ? 1 : threads) {
+WorkerPool::WorkerPool(int threads) : n_threads_(threads < 1 ? 1 : threads), ran_(static_cast<size_t>(n_threads_)) {
   for (int w = 1; w < n_threads_; ++w) threads_.emplace_back([this, w] { worker_main(w); });
 }
 
 WorkerPool::~WorkerPool() {
   stop_.store(true);
-  epoch_.fetch_add(1);
-  epoch_.notify_all();
+  job_.fetch_add(1);
+  job_.notify_all();
   for (std::thread& t : threads_) t.join();
 }
 
-void WorkerPool::drain(int worker) {
+std::vector<int64_t> WorkerPool::items_per_worker() const {
+  std::vector<int64_t> out;
+  for (const auto& r : ran_) out.push_back(r.load(std::memory_order_relaxed));
+  return out;
+}
+
+void WorkerPool::work(int worker, uint32_t job) {
+  int64_t ran = 0;
   for (;;) {
-    const int64_t item = next_item_.fetch_add(1, std::memory_order_relaxed);
-    if (item >= n_items_) break;
+    uint64_t s = claim_.load(std::memory_order_acquire);
+    int64_t item;
+    do {
+      // Another job's word (this one finished, or a later one began): nothing to claim here. A stale
+      // n_items_ only makes the exchange below fail and re-read.
+      if (static_cast<uint32_t>(s >> 32) != job) goto out;
+      item = static_cast<int64_t>(s & 0xffffffffu);
+      if (item >= n_items_.load(std::memory_order_relaxed)) goto out;
+    } while (!claim_.compare_exchange_weak(s, s + 1, std::memory_order_acq_rel, std::memory_order_acquire));
+    // The job cannot end (nor fn_ change) before this claimed item is done.
     fn_(ctx_, item, worker);
+    ++ran;
+    done_.fetch_add(1, std::memory_order_acq_rel);
   }
+out:
+  ran_[static_cast<size_t>(worker)].fetch_add(ran, std::memory_order_relaxed);
 }
 
 void WorkerPool::worker_main(int worker) {
-  uint64_t seen = 0;
+  uint32_t seen = 0;
   for (;;) {
-    uint64_t e = epoch_.load(std::memory_order_acquire);
-    for (int spin = 0; e == seen && spin < kSpinsBeforeSleep; ++spin) {
+    uint32_t j = job_.load(std::memory_order_acquire);
+    for (int spin = 0; j == seen && spin < kSpinsBeforeSleep; ++spin) {
       _mm_pause();
-      e = epoch_.load(std::memory_order_acquire);
+      j = job_.load(std::memory_order_acquire);
     }
-    if (e == seen) {
-      epoch_.wait(seen, std::memory_order_acquire);  // futex sleep until run_raw() bumps the epoch
+    if (j == seen) {
+      job_.wait(seen, std::memory_order_acquire);  // futex sleep until run_raw() starts a job
       continue;
     }
-    seen = e;
+    seen = j;
     if (stop_.load()) return;
-    drain(worker);
-    busy_.fetch_sub(1, std::memory_order_acq_rel);
+    work(worker, j);
   }
 }
 
-void WorkerPool::run_raw(int64_t n_items, RawFn fn, void* ctx) {
+void WorkerPool::run_raw(int64_t n_items, RawFn fn, void* ctx, bool parallel) {
   if (n_items <= 0) return;
-  if (n_threads_ == 1 || n_items == 1) {
+  parallel = parallel && n_threads_ > 1 && n_items > 1;
+  const Clock::time_point start = parallel ? Clock::now() : Clock::time_point{};
+  if (!parallel || start < solo_until_) {
     for (int64_t i = 0; i < n_items; ++i) fn(ctx, i, 0);
+    ran_[0].fetch_add(n_items, std::memory_order_relaxed);
     return;
   }
+  // Every item of the previous job is done, so no thread reads fn_ / ctx_ now.
   fn_ = fn;
   ctx_ = ctx;
-  n_items_ = n_items;
-  next_item_.store(0, std::memory_order_relaxed);
-  busy_.store(n_threads_ - 1, std::memory_order_relaxed);
-  epoch_.fetch_add(1, std::memory_order_release);
-  epoch_.notify_all();
-  drain(0);
-  // Spin while the others finish their last items; yield if that takes long (an oversubscribed
-  // machine may have descheduled a worker, and spinning would only keep it off the core).
-  for (int spin = 0; busy_.load(std::memory_order_acquire) != 0; ++spin) {
-    if (spin < kSpinsBeforeSleep) _mm_pause();
-    else std::this_thread::yield();
+  n_items_.store(n_items, std::memory_order_relaxed);
+  done_.store(0, std::memory_order_relaxed);
+  const uint32_t job = ++jobs_;
+  claim_.store(static_cast<uint64_t>(job) << 32, std::memory_order_release);  // publishes the above
+  job_.store(job, std::memory_order_release);
+  job_.notify_all();
+  work(0, job);
+  // Wait for items other threads claimed and still run; yield if that takes long (the machine may
+  // have descheduled one of them, and spinning would only keep it off the core).
+  for (int spin = 0; spin < kSpinsBeforeSleep && done_.load(std::memory_order_acquire) != n_items; ++spin) _mm_pause();
+  if (done_.load(std::memory_order_acquire) == n_items) return;
+  const Clock::time_point waiting = Clock::now();
+  while (done_.load(std::memory_order_acquire) != n_items) std::this_thread::yield();
+  const Clock::time_point end = Clock::now();
+  const Clock::duration waited = end - waiting;
+  if (waited > std::chrono::milliseconds(1) && waited > 2 * (waiting - start)) {
+    // A worker was preempted holding an item: run alone for a while, longer if it keeps happening.
+    const Clock::duration first = std::chrono::milliseconds(50), most = std::chrono::seconds(1);
+    solo_for_ = end - last_stall_ > 2 * most || solo_for_ == Clock::duration{} ? first : std::min(2 * solo_for_, most);
+    solo_until_ = end + solo_for_;
+    last_stall_ = end;
+    ++solo_periods_;
   }
 }
 

@@ -1,10 +1,18 @@
 // A fixed pool of worker threads that runs "n items, any order" jobs with the caller taking part.
 //
-// Threads wait for work by spinning briefly and then sleeping on an atomic (futex), so a job that
-// follows another within microseconds starts without a system call. run() returns when every item
-// is done; items are claimed through one atomic counter, so a slow thread never holds up others.
+// Threads wait for work by spinning briefly (bounded) and then sleeping on an atomic (futex), so a
+// job that follows another within microseconds starts without a system call, and an idle pool
+// costs nothing. Items are claimed one at a time from a word that holds the job's number and the
+// next item, and run() returns when every item is *done*, not when every thread has checked in:
+// a worker the OS has descheduled (a busy machine) simply claims nothing, and the caller runs the
+// items itself. Only an item already claimed by a thread that is then preempted can hold a job up:
+// when the caller waits for such an item for over a millisecond and longer than twice its own share
+// took (the machine is busy: another process has the core), the pool runs jobs on the caller alone
+// for a while (50 ms, doubling while it keeps happening, at most 1 s), its workers asleep, and then
+// tries again. So a busy machine costs at most the speed of one thread, never more.
 #pragma once
 #include <atomic>
+#include <chrono>
 #include <cstdint>
 #include <thread>
 #include <vector>
@@ -20,27 +28,40 @@ class WorkerPool {
 
   int threads() const { return n_threads_; }
 
-  // Calls fn(item, worker) for every item in [0, n_items); worker is in [0, threads()).
+  // Calls fn(item, worker) for every item in [0, n_items); worker is in [0, threads()). With
+  // parallel false the caller runs them all (a job too small to be worth waking anyone for).
   template <typename Fn>
-  void run(int64_t n_items, Fn&& fn) {
-    run_raw(n_items, [](void* ctx, int64_t item, int worker) { (*static_cast<Fn*>(ctx))(item, worker); }, &fn);
+  void run(int64_t n_items, Fn&& fn, bool parallel = true) {
+    run_raw(n_items, [](void* ctx, int64_t item, int worker) { (*static_cast<Fn*>(ctx))(item, worker); }, &fn, parallel);
   }
+
+  // Items run by each worker since the pool was made (worker 0 is the caller): for tests.
+  std::vector<int64_t> items_per_worker() const;
+  // Times the pool fell back to the caller alone because a worker held a job up (see above).
+  int64_t solo_periods() const { return solo_periods_; }
 
  private:
   using RawFn = void (*)(void* ctx, int64_t item, int worker);
-  void run_raw(int64_t n_items, RawFn fn, void* ctx);
+  void run_raw(int64_t n_items, RawFn fn, void* ctx, bool parallel);
   void worker_main(int worker);
-  void drain(int worker);
+  void work(int worker, uint32_t job);  // claims and runs items of `job` until none are left
 
   int n_threads_;
   std::vector<std::thread> threads_;
-  std::atomic<uint64_t> epoch_{0};
-  std::atomic<int64_t> next_item_{0};
-  std::atomic<int> busy_{0};
+  uint32_t jobs_ = 0;                  // jobs started (the caller's count)
+  std::atomic<uint32_t> job_{0};       // the current job's number: workers sleep on it
+  std::atomic<uint64_t> claim_{0};     // (job << 32) | next item of that job
+  std::atomic<int64_t> n_items_{0};    // items of the current job
+  std::atomic<int64_t> done_{0};       // items of the current job completed
   std::atomic<bool> stop_{false};
-  int64_t n_items_ = 0;
-  RawFn fn_ = nullptr;
+  RawFn fn_ = nullptr;                 // read only by a thread holding a claimed item of the job
   void* ctx_ = nullptr;
+  std::vector<std::atomic<int64_t>> ran_;  // per worker
+  // Busy-machine fallback (the caller's alone): jobs run inline until solo_until_.
+  using Clock = std::chrono::steady_clock;
+  Clock::time_point solo_until_{}, last_stall_{};
+  Clock::duration solo_for_{};
+  int64_t solo_periods_ = 0;
 };
 
 }  // namespace npullm::cpu
