@@ -41,6 +41,14 @@ inline std::string shared_dir() {
 
 inline std::string shared_path(const std::string& rel) { return shared_dir() + "/" + rel; }
 
+#ifndef NPULLM_TEST_DATA_DIR
+#define NPULLM_TEST_DATA_DIR "tests/data"
+#endif
+
+// A file of tests/data: small outside reference figures committed with the tests (each with its
+// provenance and the tool in tests/tools that made it), not test data that may be absent.
+inline std::string repo_data_path(const std::string& rel) { return std::string(NPULLM_TEST_DATA_DIR) + "/" + rel; }
+
 // NPULLM_REQUIRE_DATA=1: a missing data file is a failure, not a skip.
 inline bool data_required() {
   const char* e = std::getenv("NPULLM_REQUIRE_DATA");

@@ -45,27 +45,34 @@ uint64_t read_scalar(const uint8_t* p, size_t n) {
 
 }  // namespace
 
-double measure_read_bandwidth(int threads) {
+double measure_read_bandwidth(int threads, size_t working_set_bytes) {
   threads = std::max(1, threads);
-  const size_t bytes = size_t{1} << 30;  // 1 GiB: far beyond any cache
+  const size_t unit = 128 * static_cast<size_t>(threads);  // each slice a whole number of 128-byte steps
+  const size_t want = std::clamp<size_t>(working_set_bytes, size_t{64} << 10, size_t{1} << 30);
+  const size_t bytes = (want + unit - 1) / unit * unit;
   auto* buf = static_cast<uint8_t*>(std::aligned_alloc(64, bytes));
   if (!buf) return 0.0;
   std::memset(buf, 1, bytes);  // touch every page before timing
   auto reader = __builtin_cpu_supports("avx512f") ? read_avx512 : __builtin_cpu_supports("avx2") ? read_avx2 : read_scalar;
-  std::vector<double> rates;
+  const size_t per = bytes / static_cast<size_t>(threads);
+  const size_t repeats = std::max<size_t>(1, (size_t{1} << 30) / bytes);
+  double best = 0.0;
   volatile uint64_t sink = 0;
   for (int pass = 0; pass < 5; ++pass) {
     const auto t0 = std::chrono::steady_clock::now();
     std::vector<std::thread> pool;
-    const size_t per = bytes / static_cast<size_t>(threads) / 128 * 128;
-    for (int t = 0; t < threads; ++t) pool.emplace_back([&, t] { sink = sink ^ reader(buf + per * static_cast<size_t>(t), per); });
+    for (int t = 0; t < threads; ++t)
+      pool.emplace_back([&, t] {
+        uint64_t acc = 0;
+        for (size_t r = 0; r < repeats; ++r) acc ^= reader(buf + per * static_cast<size_t>(t), per);
+        sink = sink ^ acc;
+      });
     for (auto& th : pool) th.join();
     const double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-    rates.push_back(static_cast<double>(per * static_cast<size_t>(threads)) / s);
+    best = std::max(best, static_cast<double>(bytes) * static_cast<double>(repeats) / s);
   }
   std::free(buf);
-  std::sort(rates.begin(), rates.end());
-  return rates[rates.size() / 2];
+  return best;
 }
 
 }  // namespace npullm::cli

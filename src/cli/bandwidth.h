@@ -1,10 +1,15 @@
 // Memory read bandwidth, measured on the spot (the roofline that decode speed is judged against).
 #pragma once
+#include <cstddef>
 
 namespace npullm::cli {
 
-// Bytes per second that `threads` threads reach reading a buffer much larger than the caches with
-// the widest vector loads this CPU has (median of a few passes).
-double measure_read_bandwidth(int threads);
-
+// Bytes per second that `threads` threads reach reading a working set of `working_set_bytes` (the
+// bytes one decode step reads) over and over with the widest vector loads this CPU has, each thread
+// its own slice, as decode splits its matrices: the roofline for that step. A set that fits in the
+// caches is read at cache speed, a large one at DRAM speed, so a model held in L2/L3 is judged
+// against cache bandwidth, not DRAM's. The set is at least 64 KiB and at most 1 GiB (beyond any
+// cache); each pass reads it until 1 GiB has been read, and the best of 5 passes is returned, since
+// a roofline is what the memory can do at best.
+double measure_read_bandwidth(int threads, size_t working_set_bytes);
 }  // namespace npullm::cli

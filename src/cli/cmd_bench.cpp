@@ -162,9 +162,11 @@ int run(BenchOptions& o) {
   rusage ru{};
   getrusage(RUSAGE_SELF, &ru);
   const double peak_rss = static_cast<double>(ru.ru_maxrss) * 1024.0;
-  const double bandwidth = measure_read_bandwidth(rt.device_threads());
   const MeanSd pps = pp.empty() ? MeanSd{} : mean_sd(pp), tgs = tg.empty() ? MeanSd{} : mean_sd(tg);
   const double bytes_per_token = weight_bytes_per_token(rt.gguf());
+  // The roofline: read bandwidth on a working set the size of what a decode step reads (cache speed
+  // for a model that fits in the caches, DRAM speed for one that does not).
+  const double bandwidth = measure_read_bandwidth(rt.device_threads(), static_cast<size_t>(bytes_per_token));
   const double roofline_fraction = bandwidth > 0 ? tgs.mean * bytes_per_token / bandwidth : 0.0;
   const double ttft_ms = ttft.empty() ? 0.0 : median(ttft);
 
@@ -216,7 +218,7 @@ int run(BenchOptions& o) {
     fmt::print("K/V {:.2f} MiB: {} bytes per position (full-length layers) x {} rows x {} slot(s){}\n", st.kv_bytes / 1048576.0,
                st.kv_row_bytes, rt.capacity(), rt.slots(),
                st.kv_ring_rows > 0 ? fmt::format(" + sliding-window rings of {} rows, {} bytes per slot", st.kv_ring_rows, st.kv_ring_bytes) : "");
-    fmt::print("decode reads {:.1f} MiB of weights per token; read bandwidth here {:.1f} GB/s; decode at {:.0f}% of that roofline\n",
+    fmt::print("decode reads {:.1f} MiB of weights per token; read bandwidth here on that working set {:.1f} GB/s; decode at {:.0f}% of that roofline\n",
                bytes_per_token / 1048576.0, bandwidth / 1e9, roofline_fraction * 100.0);
   }
   return 0;

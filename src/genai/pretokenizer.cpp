@@ -147,8 +147,9 @@ PreTokenizer::PreTokenizer(const std::vector<std::string>& regexes) {
 PreTokenizer::~PreTokenizer() = default;
 
 std::vector<std::string_view> PreTokenizer::split(std::string_view text) const {
+  if (text.empty()) return {};  // no piece at all, as HF's Split gives (not one empty piece)
   std::vector<std::string_view> pieces{text};
-  if (regexes_.empty() || text.empty()) return pieces;
+  if (regexes_.empty()) return pieces;
 
   std::unique_ptr<pcre2_match_data, decltype(&pcre2_match_data_free)> md(
       pcre2_match_data_create(1, nullptr), &pcre2_match_data_free);

@@ -29,7 +29,7 @@ class PreTokenizer {
   PreTokenizer(const PreTokenizer&) = delete;
   PreTokenizer& operator=(const PreTokenizer&) = delete;
 
-  // The pieces of `text`, as views into it, in order; they concatenate to `text`.
+  // The pieces of `text`, as views into it, in order; they concatenate to `text` (none for "").
   std::vector<std::string_view> split(std::string_view text) const;
 
  private:

@@ -116,12 +116,36 @@ TEST(ChatTemplateGolden, BuiltinTemplatesMatchReferences) {
   EXPECT_EQ(find_builtin_template("no-such-family"), nullptr);
 }
 
-TEST(ChatTemplate, BuiltinTemplatesAllParseAndRender) {
-  const json msgs = json::parse(R"([{"role":"user","content":"Hi"},{"role":"assistant","content":"Hello"},{"role":"user","content":"Bye"}])");
+// Each built-in template, rendered from its own source with its own bos/eos tokens, gives Jinja2's
+// text for every conversation of the golden cases made for its family (cases.json: 12 each, with and
+// without the generation prompt; mistral's system-message cases are Jinja2's raise_exception),
+// byte for byte. A built-in without golden cases fails, naming it.
+TEST(ChatTemplateGolden, BuiltinTemplatesRenderJinja2sText) {
+  NPULLM_REQUIRE_SHARED(kCases);
+  const json doc = json::parse(test::read_file(test::shared_path(kCases)));
   for (const BuiltinTemplate& t : builtin_templates()) {
-    const std::string out = render_chat_template(std::string(t.source), msgs, true, std::string(t.bos_token),
-                                                 std::string(t.eos_token), json::object(), fixed_date());
-    EXPECT_NE(out.find("Bye"), std::string::npos) << t.name << ": " << out;
+    size_t n = 0;
+    for (const json& c : doc.at("cases")) {
+      if (c.at("template").get<std::string>() != t.name) continue;
+      ++n;
+      const bool gen = c.at("add_generation_prompt").get<bool>();
+      const std::string where = std::string(t.name) + ", conversation '" + c.at("conversation").get<std::string>() +
+                                "', add_generation_prompt=" + (gen ? "true" : "false");
+      std::string got, error;
+      try {
+        got = render_chat_template(std::string(t.source), c.at("messages"), gen, std::string(t.bos_token),
+                                   std::string(t.eos_token), json::object(), fixed_date());
+      } catch (const Error& e) {
+        error = e.what();
+      }
+      if (c.contains("expected_error")) {
+        EXPECT_NE(error.find(c.at("expected_error").get<std::string>()), std::string::npos) << where << ": " << error << got;
+      } else {
+        EXPECT_EQ(error, "") << where;
+        EXPECT_EQ(got, c.at("expected").get<std::string>()) << where;
+      }
+    }
+    EXPECT_GE(n, 12u) << "built-in template " << t.name << " has no Jinja2 reference cases in " << kCases;
   }
 }
 
