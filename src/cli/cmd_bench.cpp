@@ -95,6 +95,7 @@ int run(BenchOptions& o) {
   for (int i = 0; i < 4; ++i) rt.decode(static_cast<int32_t>(rng() % static_cast<uint32_t>(V)));
 
   std::vector<double> pp, tg, ttft;
+  double stages_per_token = 0, sync_per_token = 0;  // of the last tg run
   const npuw::RuntimeStats s0 = rt.stats();
   for (int64_t r = 0; r < o.repetitions; ++r) {
     if (o.n_prompt > 0) {
@@ -108,12 +109,16 @@ int run(BenchOptions& o) {
       rt.reset();
       if (o.depth > 0) rt.prefill(random_ids(o.depth));  // the context the timed tokens attend (untimed)
       int32_t id = static_cast<int32_t>(rng() % static_cast<uint32_t>(V));
+      const auto c0 = rt.device_counters();
       const auto t0 = Clock::now();
       for (int64_t i = 0; i < o.n_gen; ++i) {
         auto logits = rt.decode(id);
         id = static_cast<int32_t>(std::max_element(logits.begin(), logits.end()) - logits.begin());
       }
       tg.push_back(static_cast<double>(o.n_gen) / seconds(t0, Clock::now()));
+      const auto c1 = rt.device_counters();
+      stages_per_token = static_cast<double>(c1.stages - c0.stages) / static_cast<double>(o.n_gen);
+      sync_per_token = static_cast<double>(c1.parallel_stages - c0.parallel_stages) / static_cast<double>(o.n_gen);
     }
     if (o.ttft_prompt > 0) {
       rt.reset();
@@ -186,6 +191,8 @@ int run(BenchOptions& o) {
                         {"variants", rt.variants()},
                         {"kv_type", kv_type_option(cfg.kv_type)},
                         {"busy", o.busy},
+                        {"stages_per_token", stages_per_token},
+                        {"sync_points_per_token", sync_per_token},
                         // The K/V allocation: full-length layers' rows plus the sliding-window rings.
                         {"kv", {{"bytes", rt.stats().kv_bytes},
                                 {"bytes_per_position", rt.stats().kv_row_bytes},
@@ -214,6 +221,9 @@ int run(BenchOptions& o) {
     if (!ttft.empty()) fmt::print("time to first token ({} tokens): {:.1f} ms (median)\n", o.ttft_prompt, ttft_ms);
     fmt::print("peak RSS {:.1f} MiB; K/V bytes copied per generated token {:.0f}; padded fraction {:.3f}\n", peak_rss / 1048576.0,
                kv_copied_per_token, padded_fraction);
+    if (!tg.empty())
+      fmt::print("decode: {:.0f} stages per token, {:.0f} of them on several threads (synchronisation points)\n", stages_per_token,
+                 sync_per_token);
     const npuw::RuntimeStats& st = rt.stats();
     fmt::print("K/V {:.2f} MiB: {} bytes per position (full-length layers) x {} rows x {} slot(s){}\n", st.kv_bytes / 1048576.0,
                st.kv_row_bytes, rt.capacity(), rt.slots(),

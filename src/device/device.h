@@ -37,6 +37,12 @@ class Device {
   // The MatMul weight types this device reads fastest in the Panels16 layout (formats/
   // weight_layout.h), wherever their rows are whole dwords; blobs compiled for it store them so.
   virtual std::vector<GgmlType> panels16_types() const { return {}; }
+  // Counters since the device was made: stages executed, and how many of them ran on several
+  // threads (each one a synchronisation point; a small stage runs on the calling thread alone).
+  struct Counters {
+    int64_t stages = 0, parallel_stages = 0;
+  };
+  virtual Counters counters() const { return {}; }
 };
 
 }  // namespace npullm::device

@@ -171,6 +171,8 @@ LlmRuntime::~LlmRuntime() = default;
 
 int LlmRuntime::device_threads() const { return device_->threads(); }
 
+device::Device::Counters LlmRuntime::device_counters() const { return device_->counters(); }
+
 std::string LlmRuntime::device_name() const { return device_->name() + ", " + std::to_string(device_->threads()) + " threads"; }
 
 void LlmRuntime::load_blobs() {

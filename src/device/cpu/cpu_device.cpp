@@ -150,6 +150,7 @@ class CpuDevice final : public device::Device {
             GgmlType::Q4_K, GgmlType::Q5_K, GgmlType::Q6_K};
   }
   int threads() const override { return pool_.threads(); }
+  Counters counters() const override { return counters_; }
 
   void prepare(const device::Program& prog) override {
     int64_t need = 0;
@@ -246,6 +247,8 @@ class CpuDevice final : public device::Device {
       const int64_t b = std::min(s.length, c * step), e = std::min(s.length, b + step);
       if (b < e) run_chunk(tasks[i], b, e, work_[static_cast<size_t>(worker)].data(), xq_[i]);
     }, work >= kParallelWork);
+    counters_.stages++;
+    counters_.parallel_stages += work >= kParallelWork && pool_.threads() > 1;
   }
 
   // One activation quantisation of a stage and the tasks that use it.
@@ -260,6 +263,7 @@ class CpuDevice final : public device::Device {
   };
 
   WorkerPool pool_;
+  Counters counters_;
   std::vector<std::vector<float>> work_;
   std::vector<PreQ> pre_;
   std::vector<const void*> xq_;

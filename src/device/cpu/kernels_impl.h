@@ -366,8 +366,36 @@ void attention_rows(const float* q, const uint8_t* k, const uint8_t* v, const fl
     // (in the order the sums below visit keys) is row (rot + t) mod C of the window, and the mask
     // is indexed by row: a ring of K/V rows is visited from its oldest needed row on.
     float mx = kNegInf;
+    const size_t key_stride = static_cast<size_t>(Hkv * k_head);
     for (int64_t t = 0; t < C; ++t) {
       const int64_t row = t + rot < C ? t + rot : t + rot - C;
+      if constexpr (KT != GgmlType::Q8_0) {
+        // Four visible keys in a row: one gemv_tile of 4 rows interleaves their dot products (each
+        // row's arithmetic is that of a tile of 1, so the same bits) instead of waiting for each
+        // key's horizontal sum in turn, which is what made long contexts slow.
+        constexpr int kKeys = 4;
+        if (t + kKeys <= C && row + kKeys <= C) {
+          float mv[kKeys];
+          bool all = true;
+          NPULLM_UNROLL
+          for (int j = 0; j < kKeys; ++j) {
+            mv[j] = mrow ? mrow[row + j] : 0.0f;
+            all = all && mv[j] != kNegInf;
+          }
+          if (all) {
+            float dots[kKeys];
+            gemv_tile<Ops, KT, kKeys>(qr, hd, k + (row * Hkv + g) * k_head, key_stride, dots);
+            NPULLM_UNROLL
+            for (int j = 0; j < kKeys; ++j) {
+              const float sc = scale * dots[j] + mv[j];
+              scores[t + j] = sc;
+              mx = sc > mx ? sc : mx;
+            }
+            t += kKeys - 1;
+            continue;
+          }
+        }
+      }
       const float mval = mrow ? mrow[row] : 0.0f;
       if (mval == kNegInf) {
         scores[t] = kNegInf;
