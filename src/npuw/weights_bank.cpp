@@ -10,6 +10,7 @@
 #include <filesystem>
 #include <fmt/format.h>
 #include <fmt/ranges.h>
+#include <xxhash.h>
 
 #include "common/error.h"
 #include "formats/weight_layout.h"
@@ -35,14 +36,30 @@ struct PackedHeader {
   // hash of three 4 KiB samples of the tensor tell a packed form made from other values.
   int64_t mtime_ns;
   uint64_t sample;
-  // xxh3 of the packed bytes: a file damaged on disk (a flipped bit, a torn write the rename did not
-  // catch) is never trusted. Checked at every start; one pass over bytes the first matmul reads
-  // anyway (measured in bench/RESULTS.md).
+  // xxh3 of this header (with this field 0) and the packed bytes: a file damaged on disk (a flipped
+  // bit anywhere, a torn write) is never trusted. Checked at every start; one pass over bytes the
+  // first matmul reads anyway (measured in bench/RESULTS.md).
   uint64_t data_hash;
-  uint64_t reserved[7];
+  uint64_t reserved[7];  // 0
 };
 static_assert(sizeof(PackedHeader) == 128);
-constexpr char kMagic[8] = {'N', 'P', 'U', 'P', 'N', 'L', '1', '7'};
+constexpr char kMagic[8] = {'N', 'P', 'U', 'P', 'N', 'L', '1', '8'};  // '17': data_hash covered the bytes only
+
+// The hash a whole file carries: its bytes, seeding a hash of the header without its own hash field.
+uint64_t entry_hash(const PackedHeader& h, const uint8_t* data, size_t n) {
+  PackedHeader c = h;
+  c.data_hash = 0;
+  return XXH3_64bits_withSeed(&c, sizeof c, XXH3_64bits(data, n));
+}
+
+// Why a file of `size` bytes starting with header `h` is not a whole packed file ("" when it is,
+// as far as the header tells; the hash is checked by the caller, over the mapping).
+std::string header_problem(const PackedHeader& h, uint64_t size) {
+  if (std::memcmp(h.magic, kMagic, 8) != 0) return "not a packed weight file of this version";
+  if (h.bytes > size || size - h.bytes != sizeof h)
+    return fmt::format("{} bytes where its header says {} (truncated or extended)", size, sizeof h + h.bytes);
+  return "";
+}
 
 }  // namespace
 
@@ -94,11 +111,36 @@ const void* GgufWeightsBank::resolve(const blob::WeightRef& w) const {
   return packed(*t, w);
 }
 
+std::string GgufWeightsBank::verify_file(const std::string& path) {
+  const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+  if (fd < 0) return fmt::format("cannot open: {}", std::strerror(errno));
+  struct stat st{};
+  PackedHeader h{};
+  std::string problem;
+  if (::fstat(fd, &st) != 0 || ::pread(fd, &h, sizeof h, 0) != static_cast<ssize_t>(sizeof h))
+    problem = "shorter than its header";
+  else
+    problem = header_problem(h, static_cast<uint64_t>(st.st_size));
+  if (problem.empty()) {
+    void* m = ::mmap(nullptr, static_cast<size_t>(st.st_size), PROT_READ, MAP_PRIVATE, fd, 0);
+    if (m == MAP_FAILED) {
+      problem = fmt::format("cannot map: {}", std::strerror(errno));
+    } else {
+      if (entry_hash(h, static_cast<const uint8_t*>(m) + sizeof h, static_cast<size_t>(h.bytes)) != h.data_hash)
+        problem = "its bytes do not match their hash";
+      ::munmap(m, static_cast<size_t>(st.st_size));
+    }
+  }
+  ::close(fd);
+  return problem;
+}
+
 const void* GgufWeightsBank::packed(const GgufTensorInfo& t, const blob::WeightRef& w) const {
   std::lock_guard<std::mutex> lock(mu_);
   if (auto it = packed_.find(w.name); it != packed_.end()) return it->second->data();
   const int64_t rows = t.rows(), cols = t.dims[0];
-  const PackedHeader want{{}, static_cast<uint32_t>(t.type), w.layout, rows, cols, w.bytes, t.offset, mtime_ns_, sample_hash(t), 0, {}};
+  PackedHeader want{{}, static_cast<uint32_t>(t.type), w.layout, rows, cols, w.bytes, t.offset, mtime_ns_, sample_hash(t), 0, {}};
+  std::memcpy(want.magic, kMagic, 8);
   auto p = std::make_unique<Packed>();
   std::string path;
   if (!dir_.empty()) {
@@ -106,31 +148,41 @@ const void* GgufWeightsBank::packed(const GgufTensorInfo& t, const blob::WeightR
     for (char& c : file)
       if (c == '/') c = '_';
     path = fmt::format("{}/{}.w", dir_, file);
-    // A file that is there with the expected header and size is this tensor's packed form (it was
-    // renamed into place only once complete); anything else is rebuilt.
+    // A file there is trusted only once every byte of it is verified: a header of this version
+    // for this very tensor (type, layout, shape, source offset, the GGUF file's time, samples of
+    // its values), the size the header says, and the hash of header and bytes. One made from
+    // other weights or by an older npullm is rebuilt quietly; a damaged one is reported too.
     const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
     if (fd >= 0) {
       struct stat st{};
       PackedHeader h{};
-      const bool ok = ::fstat(fd, &st) == 0 && static_cast<uint64_t>(st.st_size) == sizeof h + w.bytes &&
-                      ::pread(fd, &h, sizeof h, 0) == static_cast<ssize_t>(sizeof h) &&
-                      std::memcmp(h.magic, kMagic, 8) == 0 && h.type == want.type && h.layout == want.layout &&
-                      h.rows == rows && h.cols == cols && h.bytes == w.bytes && h.source == want.source &&
-                      h.mtime_ns == want.mtime_ns && h.sample == want.sample;
-      if (ok) {
-        // MAP_POPULATE: the hash reads every page anyway; mapping them in one call costs far less
-        // than taking a fault per page.
+      std::string damage;
+      bool stale = false;
+      if (::fstat(fd, &st) != 0 || ::pread(fd, &h, sizeof h, 0) != static_cast<ssize_t>(sizeof h)) {
+        damage = "shorter than its header";
+      } else if (std::memcmp(h.magic, "NPUPNL17", 8) == 0) {
+        stale = true;  // made by an older npullm (its hash covered the bytes only)
+      } else {
+        damage = header_problem(h, static_cast<uint64_t>(st.st_size));
+      }
+      if (damage.empty() && !stale) {
+        // The hash first, so that a flipped bit in the header is reported as damage, not taken for
+        // a file made from other weights. MAP_POPULATE: the hash reads every page anyway; mapping
+        // them in one call costs far less than taking a fault per page.
         void* m = ::mmap(nullptr, static_cast<size_t>(st.st_size), PROT_READ, MAP_PRIVATE | MAP_POPULATE, fd, 0);
-        if (m != MAP_FAILED) {
-          const auto* data = static_cast<const uint8_t*>(m) + sizeof(PackedHeader);
-          if (hash_bytes(data, static_cast<size_t>(w.bytes)) == h.data_hash) {
-            p->map = m;
-            p->map_bytes = static_cast<size_t>(st.st_size);
-            p->data_offset = sizeof(PackedHeader);
-          } else {
-            fmt::print(stderr, "npullm: warning: packed weight {} is damaged (its bytes do not match their hash); rebuilding it\n", path);
-            ::munmap(m, static_cast<size_t>(st.st_size));
-          }
+        if (m == MAP_FAILED) {
+          damage = fmt::format("cannot map it: {}", std::strerror(errno));
+        } else if (entry_hash(h, static_cast<const uint8_t*>(m) + sizeof h, static_cast<size_t>(h.bytes)) != h.data_hash) {
+          damage = "its bytes do not match their hash";
+          ::munmap(m, static_cast<size_t>(st.st_size));
+        } else if (h.type != want.type || h.layout != want.layout || h.rows != rows || h.cols != cols || h.bytes != w.bytes ||
+                   h.source != want.source || h.mtime_ns != want.mtime_ns || h.sample != want.sample) {
+          stale = true;  // whole, but made from other weights: rebuilt (and replaced) quietly
+          ::munmap(m, static_cast<size_t>(st.st_size));
+        } else {
+          p->map = m;
+          p->map_bytes = static_cast<size_t>(st.st_size);
+          p->data_offset = sizeof(PackedHeader);
         }
       }
       ::close(fd);
@@ -138,6 +190,14 @@ const void* GgufWeightsBank::packed(const GgufTensorInfo& t, const blob::WeightR
         f_.release(t);  // never read here: keep its pages out of this process
         loaded_++;
         return packed_.emplace(w.name, std::move(p)).first->second->data();
+      }
+      if (!damage.empty()) {
+        // Removed now, so that no later run meets it even if this one cannot store the rebuilt form.
+        damaged_++;
+        std::error_code ec;
+        fs::remove(path, ec);
+        fmt::print(stderr, "npullm: warning: packed weight {} is damaged ({}); {}, rebuilding it\n", path, damage,
+                   ec ? "cannot remove it: " + ec.message() : std::string("removed"));
       }
     }
   }
@@ -154,36 +214,27 @@ const void* GgufWeightsBank::packed(const GgufTensorInfo& t, const blob::WeightR
   f_.release(t);
   built_++;
   if (!path.empty()) {
-    std::error_code ec;
-    fs::create_directories(dir_, ec);
-    const std::string tmp = fmt::format("{}.tmp.{}", path, ::getpid());
     PackedHeader h = want;
-    std::memcpy(h.magic, kMagic, 8);
-    h.data_hash = hash_bytes(bytes, static_cast<size_t>(w.bytes));
-    const int fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
-    bool ok = fd >= 0 && ::write(fd, &h, sizeof h) == static_cast<ssize_t>(sizeof h);
-    for (uint64_t off = 0; ok && off < w.bytes;) {
-      const ssize_t n = ::write(fd, bytes + off, static_cast<size_t>(w.bytes - off));
-      ok = n > 0;
-      off += ok ? static_cast<uint64_t>(n) : 0;
-    }
-    if (fd >= 0) ::close(fd);
-    if (ok) fs::rename(tmp, path, ec);
-    if (!ok || ec) {
-      fmt::print(stderr, "npullm: warning: cannot store packed weight {} (kept in memory): {}\n", path,
-                 ok ? ec.message() : std::strerror(errno));
-      fs::remove(tmp, ec);
-    } else {
-      // Map the file just written (its pages are in the page cache) and drop the heap copy.
-      const int rfd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
-      void* m = rfd >= 0 ? ::mmap(nullptr, sizeof h + w.bytes, PROT_READ, MAP_PRIVATE, rfd, 0) : MAP_FAILED;
-      if (rfd >= 0) ::close(rfd);
-      if (m != MAP_FAILED) {
-        p->map = m;
-        p->map_bytes = sizeof h + w.bytes;
-        p->data_offset = sizeof h;
-        return packed_.emplace(w.name, std::move(p)).first->second->data();
+    h.data_hash = entry_hash(h, bytes, static_cast<size_t>(w.bytes));
+    const std::span<const uint8_t> parts[2] = {{reinterpret_cast<const uint8_t*>(&h), sizeof h}, {bytes, static_cast<size_t>(w.bytes)}};
+    // Map the file just written (its pages are in the page cache) and drop the anonymous copy: the
+    // process then holds pages the kernel may drop and reread. Mapped through the temporary file's
+    // own descriptor, so it is these bytes whatever another process renames into place meanwhile.
+    void* m = MAP_FAILED;
+    const std::string err = publish_file(path, parts, [&](int fd) {
+      m = ::mmap(nullptr, sizeof h + w.bytes, PROT_READ, MAP_PRIVATE, fd, 0);
+    });
+    if (!err.empty()) {
+      if (m != MAP_FAILED) ::munmap(m, sizeof h + w.bytes);
+      if (!store_warned_) {
+        store_warned_ = true;
+        fmt::print(stderr, "npullm: warning: packed weights cannot be stored in {} ({}); keeping them in memory\n", dir_, err);
       }
+    } else if (m != MAP_FAILED) {
+      p->map = m;
+      p->map_bytes = sizeof h + w.bytes;
+      p->data_offset = sizeof h;
+      return packed_.emplace(w.name, std::move(p)).first->second->data();
     }
   }
   ::mprotect(buf.map, buf.map_bytes, PROT_READ);

@@ -8,8 +8,11 @@
 // GGUF pages it was built from are handed back, so the process holds one form of each weight.
 // A packed file records the GGUF file's modification time and a hash of samples of the tensor:
 // one made from other weight values (the blob cache key is the GGUF header only) is rebuilt; and a
-// hash of all its packed bytes, checked before it is trusted: a damaged file is rebuilt too.
-// Without a directory the packed forms live in memory for the bank's lifetime.
+// hash of its header and all its packed bytes, checked before it is trusted: a damaged file (torn,
+// truncated, a flipped bit) is reported on stderr once, removed and rebuilt. Files are published
+// atomically (blob_cache.h: publish_file); a folder that cannot be written is reported once and the
+// packed forms are kept in memory. Without a directory the packed forms live in memory for the
+// bank's lifetime.
 #pragma once
 #include <map>
 #include <memory>
@@ -30,6 +33,12 @@ class GgufWeightsBank final : public driver::WeightsBank {
 
   int packed_built() const { return built_; }    // packed forms made by this bank (not found on disk)
   int packed_loaded() const { return loaded_; }  // packed forms mapped from disk
+  int packed_damaged() const { return damaged_; }  // files found damaged (removed and rebuilt)
+
+  // Checks a packed file on its own: its header is well formed, its size is the header's, and the
+  // hash of header and bytes matches. "" when it is whole, else what is wrong (for tests and tools;
+  // whether it belongs to a given model is checked by the bank at load).
+  static std::string verify_file(const std::string& path);
 
  private:
   struct Packed;
@@ -41,7 +50,8 @@ class GgufWeightsBank final : public driver::WeightsBank {
   int64_t mtime_ns_ = 0;  // of the GGUF file: packed forms made from an older file are rebuilt
   mutable std::mutex mu_;
   mutable std::map<std::string, std::unique_ptr<Packed>> packed_;
-  mutable int built_ = 0, loaded_ = 0;
+  mutable int built_ = 0, loaded_ = 0, damaged_ = 0;
+  mutable bool store_warned_ = false;
 };
 
 }  // namespace npullm::npuw
