@@ -2,6 +2,8 @@
 // Interpreter's shared operations. See interpreter.h for the scoping rules.
 #include "genai/jinja/interpreter.h"
 
+#include <pthread.h>
+
 #include <algorithm>
 
 #include <fmt/format.h>
@@ -11,8 +13,6 @@
 namespace npullm::genai::jinja {
 
 namespace {
-
-constexpr int kMaxCallDepth = 200;
 
 Value undefined_attr(const Value& obj, const std::string& name) {
   return Value::undefined(fmt::format("'{}' has no attribute '{}'", obj.object_type_repr(), name));
@@ -154,13 +154,46 @@ Value apply_filters(Interpreter& in, const std::vector<std::unique_ptr<FilterExp
 // ---- Interpreter ----------------------------------------------------------------------------
 
 Interpreter::CallDepth::CallDepth(Interpreter& in) : in_(in) {
-  if (++in.call_depth_ > kMaxCallDepth) {
+  if (++in.call_depth_ > in.limits_.max_call_depth) {
     --in.call_depth_;
-    throw TemplateError("maximum recursion depth exceeded");
+    throw TemplateError(fmt::format("maximum recursion depth exceeded (more than {} nested macro, caller or loop calls)",
+                                    in.limits_.max_call_depth));
   }
 }
 
-Interpreter::Interpreter(std::shared_ptr<Scope> globals, const std::tm& now) : scope_(std::move(globals)), now_(now) {
+namespace {
+
+// The lowest address the render may nest down to: the bottom of this thread's stack (stacks grow
+// down on every target npullm builds for) plus a reserve for throwing the error and unwinding
+// (formatting the message, ASan's own frames). Unknown stack: 1 MiB below here.
+// The thread's stack is looked up once per thread (for the main thread glibc reads
+// /proc/self/maps, too slow to do at every render).
+uintptr_t stack_floor() {
+  constexpr uintptr_t kReserve = uintptr_t{256} << 10;
+  const auto here = reinterpret_cast<uintptr_t>(__builtin_frame_address(0));
+  thread_local const uintptr_t stack_low = [] {
+    pthread_attr_t attr;
+    uintptr_t low = 0;
+    if (pthread_getattr_np(pthread_self(), &attr) == 0) {
+      void* addr = nullptr;
+      size_t size = 0;
+      if (pthread_attr_getstack(&attr, &addr, &size) == 0) low = reinterpret_cast<uintptr_t>(addr);
+      pthread_attr_destroy(&attr);
+    }
+    return low;
+  }();
+  const uintptr_t low = stack_low != 0 && stack_low < here ? stack_low : (here > (uintptr_t{1} << 20) ? here - (uintptr_t{1} << 20) : 0);
+  return here - low > 2 * kReserve ? low + kReserve : here - (here - low) / 2;
+}
+
+}  // namespace
+
+void Interpreter::stack_exhausted() const {
+  throw TemplateError("template nested too deeply: the nesting of macro calls and blocks would overflow the stack");
+}
+
+Interpreter::Interpreter(std::shared_ptr<Scope> globals, const std::tm& now, const RenderLimits& limits)
+    : scope_(std::move(globals)), now_(now), limits_(limits), stack_floor_(stack_floor()) {
   for (auto s = scope_; s; s = s->parent) track(s);
 }
 
@@ -313,9 +346,24 @@ std::string Interpreter::capture(const Body& body) {
   return out;
 }
 
+void Interpreter::emit(std::string& out, std::string_view text) {
+  if (text.size() > limits_.max_output_bytes - emitted_)
+    throw TemplateError(fmt::format("the template writes more than {} bytes, the limit of its output (captured "
+                                    "blocks and macro bodies included)", limits_.max_output_bytes));
+  emitted_ += text.size();
+  out += text;
+}
+
+void Interpreter::count_iteration() {
+  if (++iterations_ > limits_.max_loop_iterations)
+    throw TemplateError(fmt::format("the template runs more than {} loop iterations, the limit of one render",
+                                    limits_.max_loop_iterations));
+}
+
 // ---- expressions ----------------------------------------------------------------------------
 
 Value Expr::evaluate(Interpreter& in) const {
+  in.check_stack();
   try {
     return eval(in);
   } catch (TemplateError& e) {
@@ -444,6 +492,7 @@ Value CondExpr::eval(Interpreter& in) const {
 // ---- statements -----------------------------------------------------------------------------
 
 Flow Stmt::execute(Interpreter& in, std::string& out) const {
+  in.check_stack();
   try {
     return exec(in, out);
   } catch (TemplateError& e) {
@@ -452,13 +501,13 @@ Flow Stmt::execute(Interpreter& in, std::string& out) const {
   }
 }
 
-Flow TextStmt::exec(Interpreter&, std::string& out) const {
-  out += text;
+Flow TextStmt::exec(Interpreter& in, std::string& out) const {
+  in.emit(out, text);
   return Flow::Normal;
 }
 
 Flow PrintStmt::exec(Interpreter& in, std::string& out) const {
-  out += expr->evaluate(in).str();
+  in.emit(out, expr->evaluate(in).str());
   return Flow::Normal;
 }
 
@@ -478,6 +527,7 @@ Flow ForStmt::run(Interpreter& in, const Value& iterable, int depth, std::string
   if (filter) {
     std::vector<Value> kept;
     for (auto& item : items) {
+      in.count_iteration();
       Interpreter::ScopeGuard scope(in);
       in.assign(target, item);
       if (filter->evaluate(in).truthy()) kept.push_back(std::move(item));
@@ -490,6 +540,7 @@ Flow ForStmt::run(Interpreter& in, const Value& iterable, int depth, std::string
   in.track(loop);
   const Value loop_value = Value::object(loop);
   for (size_t i = 0; i < items.size(); ++i) {
+    in.count_iteration();
     Interpreter::ScopeGuard scope(in);  // each iteration starts from a fresh scope
     loop->set_index(i);
     in.assign(target, items[i]);
@@ -519,12 +570,12 @@ Flow CallBlockStmt::exec(Interpreter& in, std::string& out) const {
   Value callee = call->callee->evaluate(in);
   Args a = call->args.evaluate(in);
   a.kw.emplace_back("caller", make_macro("caller", &caller_params, &uses, &body, in.scope()));
-  out += in.call(callee, a).str();
+  in.emit(out, in.call(callee, a).str());
   return Flow::Normal;
 }
 
 Flow FilterBlockStmt::exec(Interpreter& in, std::string& out) const {
-  out += apply_filters(in, filters, Value::string(in.capture(body))).str();
+  in.emit(out, apply_filters(in, filters, Value::string(in.capture(body))).str());
   return Flow::Normal;
 }
 

@@ -6,6 +6,7 @@
 // with it (so `set` inside a loop does not leak out; namespace() objects are how templates carry
 // state out of loops). Lookups walk outwards; macros see their defining scope at call time.
 #pragma once
+#include <cstdint>
 #include <ctime>
 #include <memory>
 #include <string>
@@ -13,6 +14,7 @@
 #include <vector>
 
 #include "genai/jinja/ast.h"
+#include "genai/jinja/template.h"
 #include "genai/jinja/value.h"
 
 namespace npullm::genai::jinja {
@@ -25,8 +27,9 @@ struct Scope {
 
 class Interpreter {
  public:
-  // `globals` holds the template's globals and render variables; `now` is what strftime_now formats.
-  Interpreter(std::shared_ptr<Scope> globals, const std::tm& now);
+  // `globals` holds the template's globals and render variables; `now` is what strftime_now formats;
+  // `limits` bounds the render (see RenderLimits in template.h).
+  Interpreter(std::shared_ptr<Scope> globals, const std::tm& now, const RenderLimits& limits = {});
   // Values may form cycles through scopes (a macro lives in the scope it closes over) and objects
   // (namespaces); every scope and object made during the render is tracked and unlinked here.
   ~Interpreter();
@@ -71,10 +74,24 @@ class Interpreter {
   Flow exec(const Body& body, std::string& out);
   // Renders `body` into a fresh string (block set, filter blocks, macro bodies).
   std::string capture(const Body& body);
+  // Appends rendered text to `out` (the output or a capture), within max_output_bytes in total.
+  void emit(std::string& out, std::string_view text);
+  // Counts one iteration of a for loop (or one item its `if` filter tests), within
+  // max_loop_iterations in total.
+  void count_iteration();
 
   const std::tm& now() const { return now_; }
 
-  // Macro recursion is bounded so that a runaway template fails instead of overflowing the stack.
+  // Throws "nested too deeply" when this thread's stack is nearly used up. Statements and
+  // expressions call it as they nest: max_call_depth bounds macro calls, the parser bounds the
+  // nesting inside one template, but a macro of deeply nested blocks calling itself multiplies
+  // the two, and only the stack itself can say when that is too much.
+  void check_stack() const {
+    if (reinterpret_cast<uintptr_t>(__builtin_frame_address(0)) < stack_floor_) stack_exhausted();
+  }
+
+  // Macro recursion is bounded (max_call_depth) so that a runaway template fails instead of
+  // overflowing the stack.
   class CallDepth {
    public:
     explicit CallDepth(Interpreter& in);
@@ -87,7 +104,12 @@ class Interpreter {
  private:
   std::shared_ptr<Scope> scope_;
   std::tm now_;
+  RenderLimits limits_;
   int call_depth_ = 0;
+  int64_t iterations_ = 0;  // loop iterations so far
+  size_t emitted_ = 0;      // bytes written so far (output and captures)
+  uintptr_t stack_floor_ = 0;  // check_stack() refuses to nest below this address
+  [[noreturn]] void stack_exhausted() const;
   std::vector<std::weak_ptr<Scope>> scopes_;
   std::vector<std::weak_ptr<Object>> objects_;
   size_t prune_at_ = 1024;  // when the lists reach this size, expired entries are dropped

@@ -7,13 +7,14 @@
 #include <fmt/format.h>
 
 #include "genai/jinja/lexer.h"
+#include "genai/jinja/template.h"
 
 namespace npullm::genai::jinja {
 
 namespace {
 
 // Deep nesting would overflow the C++ stack; Jinja (Python) would hit its recursion limit.
-constexpr int kMaxNesting = 200;
+constexpr int kMaxNesting = kMaxTemplateNesting;
 
 class Parser {
  public:
@@ -123,7 +124,7 @@ class Parser {
     const Token& tag = cur();
     const int line = tag.line;
     const std::string name = tag.text;
-    if (++nesting_ > kMaxNesting) fail("template nested too deeply");
+    if (++nesting_ > kMaxNesting) fail(fmt::format("template nested too deeply (more than {} levels of blocks and expressions)", kMaxNesting));
     StmtPtr s;
     advance();
     if (name == "if") s = parse_if(line);
@@ -335,7 +336,7 @@ class Parser {
 
   struct Depth {  // guards recursion depth while parsing nested expressions
     explicit Depth(Parser& p) : p(p) {
-      if (++p.nesting_ > kMaxNesting) p.fail("expression nested too deeply");
+      if (++p.nesting_ > kMaxNesting) p.fail(fmt::format("expression nested too deeply (more than {} levels of blocks and expressions)", kMaxNesting));
     }
     ~Depth() { --p.nesting_; }
     Parser& p;

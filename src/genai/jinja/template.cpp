@@ -54,7 +54,7 @@ std::string Template::render(const nlohmann::ordered_json& variables, const Rend
   try {
     if (variables.is_object())
       for (const auto& [k, v] : variables.items()) context->vars[k] = Value::from_json(v);
-    Interpreter in(context, now);
+    Interpreter in(context, now, options.limits);
     std::string out;
     in.exec(impl_->body, out);  // break / continue cannot reach here: the parser rejects them outside loops
     return out;

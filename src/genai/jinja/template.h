@@ -20,9 +20,35 @@
 
 namespace npullm::genai::jinja {
 
+// Bounds on one render. A chat template comes from a stranger (a GGUF's tokenizer.chat_template, a
+// file, a request), so no template may hang the process or exhaust its memory: going past a bound
+// is an npullm::Error naming it ("... exceeds the limit of N ..."). The defaults are far above what
+// any real chat template needs (every template of the test suite renders well inside them):
+struct RenderLimits {
+  // Iterations of all `for` loops of the render together (items an inline `if` filter tests
+  // count too). A chat template loops over the messages a few times; the largest context npullm
+  // runs (128k tokens) holds at most ~32k messages of 4 tokens, so 100k leaves room for 3 passes
+  // and still stops a runaway template within a second. (range() alone is capped at 100k items,
+  // as in Jinja2's sandbox.)
+  int64_t max_loop_iterations = 100000;
+  // Nested calls of macros, caller() and recursive loops. Python, which Jinja2 runs on, stops at
+  // 1000 frames, but one template call there is several frames; real templates nest 2 or 3.
+  int max_call_depth = 256;
+  // Bytes the render writes in total: the output and every block it captures (macro bodies,
+  // `set` and `filter` blocks), so a loop cannot build huge intermediate strings either. 4 MiB is
+  // 8 times the text of a full 128k-token context (~4 bytes a token), leaving room for macros
+  // whose text is counted when captured and again when printed.
+  size_t max_output_bytes = size_t{4} << 20;
+};
+
+// How deeply statements and expressions may nest in a template's source (the parser refuses more,
+// before anything could overflow the stack).
+inline constexpr int kMaxTemplateNesting = 256;
+
 struct RenderOptions {
   // The time strftime_now() formats; unset: the local time when rendering starts.
   std::optional<std::tm> now;
+  RenderLimits limits;
 };
 
 class Template {
