@@ -20,3 +20,5 @@ cmake -S . -B build-asan -G Ninja -DCMAKE_BUILD_TYPE=Debug -DNPULLM_SANITIZE=ON
 cmake --build build-asan -j2 --target npullm_tests
 ASAN_OPTIONS=detect_leaks=1 UBSAN_OPTIONS=print_stacktrace=1 \
   build-asan/tests/npullm_tests --gtest_filter='Gguf*:Blob*:Tokenizer*:*Dequant*:*Quant*:*Kernel*:PrefillLogits*:Compiler*:Driver*:ChatTemplate*:Jinja*:Sampler*:Stop*:*ContextShift*:StoriesReference.Logits*:WeightLayout*:WeightRepack*:*BatchedDecode*:SequenceSlots*:Scheduler*:OpenAiRequest*:Capi*:CacheAdmin*'
+# libFuzzer smoke run: every parser harness of tests/fuzz for 15 s (clang build in build-fuzz/).
+scripts/fuzz.sh 15
