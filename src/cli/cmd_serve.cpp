@@ -4,6 +4,7 @@
 #include <csignal>
 #include <fmt/format.h>
 #include <pthread.h>
+#include <sys/resource.h>
 #include <thread>
 
 #include "cli/commands.h"
@@ -31,6 +32,12 @@ int serve(const ServeOptions& o) {
   sigaddset(&stop_signals, SIGTERM);
   pthread_sigmask(SIG_BLOCK, &stop_signals, nullptr);
   std::signal(SIGPIPE, SIG_IGN);  // a client that goes away is a failed write, not the end of the server
+  // Every connection is a descriptor: allow as many as the hard limit does, so that --max-connections
+  // (not EMFILE, which stalls accept()) is what bounds them.
+  if (rlimit nofile{}; ::getrlimit(RLIMIT_NOFILE, &nofile) == 0 && nofile.rlim_cur < nofile.rlim_max) {
+    nofile.rlim_cur = nofile.rlim_max;
+    ::setrlimit(RLIMIT_NOFILE, &nofile);
+  }
 
   PipelineConfig pc = o.go.pipeline_config();
   genai::Scheduler sched(o.model, pc, o.sched);
@@ -75,6 +82,34 @@ void add_serve(CLI::App& app, Actions& actions) {
   cmd->add_option("--max-body", o->http.max_body_bytes, "largest request body in bytes (larger: 413)")->capture_default_str();
   cmd->add_option("--http-threads", o->http.http_threads, "connections served at once (0: enough for every slot and queued request)")
       ->capture_default_str();
+  cmd->add_option("--read-timeout", o->http.read_timeout_s,
+                  "seconds a client has to send a whole request (line, headers, body); slower ones are disconnected")
+      ->capture_default_str()
+      ->check(CLI::Range(1, 3600));
+  cmd->add_option("--write-timeout", o->http.write_timeout_s,
+                  "seconds a client may take no bytes before it is dropped (its stream cancelled, its slot freed)")
+      ->capture_default_str()
+      ->check(CLI::Range(1, 3600));
+  cmd->add_option("--keep-alive-timeout", o->http.keep_alive_timeout_s, "seconds an idle kept-alive connection stays open")
+      ->capture_default_str()
+      ->check(CLI::Range(1, 3600));
+  cmd->add_option("--keep-alive-max", o->http.keep_alive_max, "requests served on one connection before it is closed")
+      ->capture_default_str()
+      ->check(CLI::Range(1, 1000000));
+  cmd->add_option("--max-connections", o->http.max_connections,
+                  "open connections (served or waiting for a thread); beyond them a new one gets 503 at once")
+      ->capture_default_str()
+      ->check(CLI::Range(1, 1000000));
+  cmd->add_option("--busy-read-ms", o->http.busy_read_ms,
+                  "while connections wait for a thread, close those that have not sent a whole request after this many ms")
+      ->capture_default_str()
+      ->check(CLI::Range(10, 3600000));
+  cmd->add_option("--max-json-depth", o->http.max_json_depth, "deepest nesting of arrays/objects in a request body (deeper: 400)")
+      ->capture_default_str()
+      ->check(CLI::Range(4, 10000));
+  cmd->add_option("--max-stop-bytes", o->http.max_stop_bytes, "longest stop string in bytes (at most 4 of them, as OpenAI; longer: 400)")
+      ->capture_default_str()
+      ->check(CLI::Range(1, 1 << 20));
   o->go.rt.add_to(cmd);
   cmd->add_option("--chat-template", o->go.chat_template,
                   "chat template: a built-in name (llama2, llama3, chatml, mistral, zephyr, phi3, ...), a file, or Jinja source; default: the model's own");

@@ -1,8 +1,10 @@
 #include "server/http_server.h"
 
 #include <httplib.h>
+#include <malloc.h>
 
 #include <atomic>
+#include <cerrno>
 #include <chrono>
 #include <condition_variable>
 #include <deque>
@@ -10,6 +12,13 @@
 #include <mutex>
 #include <nlohmann/json.hpp>
 #include <random>
+#include <arpa/inet.h>
+#include <cstring>
+#include <netinet/in.h>
+#include <poll.h>
+#include <sys/socket.h>
+#include <thread>
+#include <unistd.h>
 
 #include "common/error.h"
 #include "genai/serving/scheduler.h"
@@ -69,12 +78,288 @@ bool same_key(const std::string& a, const std::string& b) {
   return diff == 0;
 }
 
+
+// True when `body`, read as JSON, nests arrays and objects deeper than `limit` (brackets inside
+// strings do not count). Checked before parsing, so that no parser or walker downstream recurses
+// on a hostile body; a body that is not JSON at all is left to the parser to reject.
+bool nested_deeper_than(std::string_view body, int limit) {
+  int depth = 0;
+  bool in_string = false, escaped = false;
+  for (char c : body) {
+    if (in_string) {
+      if (escaped) escaped = false;
+      else if (c == '\\') escaped = true;
+      else if (c == '"') in_string = false;
+    } else if (c == '"') {
+      in_string = true;
+    } else if (c == '[' || c == '{') {
+      if (++depth > limit) return true;
+    } else if (c == ']' || c == '}') {
+      depth--;
+    }
+  }
+  return false;
+}
+
+// ---- Connections -------------------------------------------------------------------------------
+// cpp-httplib gives each connection a pool thread for its whole life and bounds only the wait for
+// each recv(): a client trickling a byte at a time, or announcing more body than it sends, could
+// hold a thread for ever, and enough of them (or of idle connections) would starve everyone. So
+// the server serves each connection itself (GuardedServer, with httplib's own request processing)
+// through ConnStream, whose reads give up once the request has taken read_timeout_s to arrive
+// since it was first awaited, or busy_read_ms while other connections wait for a thread. Once a
+// request is read and its handler runs, generation is bounded by max_tokens and the scheduler, and
+// writing by write_timeout_s (a client that takes nothing for that long is dropped).
+
+using Clock = std::chrono::steady_clock;
+
+struct Conn {
+  socket_t sock = -1;
+  Clock::time_point since;  // when its current request began to be awaited
+  bool busy = false;        // its request was read and a handler runs (set by the handler's thread)
+};
+
+thread_local Conn* tl_conn = nullptr;  // the connection this HTTP thread serves
+
+struct ConnTable {
+  std::atomic<int64_t> open{0};    // connections being served
+  std::atomic<int64_t> queued{0};  // accepted, waiting for a thread
+  std::atomic<int64_t> cut_slow{0}, cut_crowded{0}, refused{0};
+};
+
+// The HTTP threads: a fixed pool like httplib's own, counting the connections that wait for one.
+class Pool final : public httplib::TaskQueue {
+ public:
+  Pool(size_t n, ConnTable& t) : table_(t) {
+    for (size_t i = 0; i < n; ++i) threads_.emplace_back([this] { loop(); });
+  }
+  void enqueue(std::function<void()> fn) override {
+    {
+      std::lock_guard lk(m_);
+      jobs_.push_back(std::move(fn));
+      table_.queued++;
+    }
+    cv_.notify_one();
+  }
+  void shutdown() override {
+    {
+      std::lock_guard lk(m_);
+      stop_ = true;
+    }
+    cv_.notify_all();
+    for (std::thread& t : threads_) t.join();
+  }
+
+ private:
+  void loop() {
+    for (;;) {
+      std::function<void()> fn;
+      {
+        std::unique_lock lk(m_);
+        cv_.wait(lk, [&] { return stop_ || !jobs_.empty(); });
+        if (jobs_.empty()) return;  // stopping, and nothing left to serve
+        fn = std::move(jobs_.front());
+        jobs_.pop_front();
+        table_.queued--;
+      }
+      fn();
+    }
+  }
+  ConnTable& table_;
+  std::mutex m_;
+  std::condition_variable cv_;
+  std::deque<std::function<void()>> jobs_;
+  std::vector<std::thread> threads_;
+  bool stop_ = false;
+};
+
+// Waits up to `ms` for `events` on `sock`: > 0 ready (or hung up), 0 not yet, < 0 error.
+int wait_socket(socket_t sock, short events, int ms) {
+  pollfd p{sock, events, 0};
+  int r;
+  do r = ::poll(&p, 1, ms);
+  while (r < 0 && errno == EINTR);
+  return r;
+}
+
+// Why a connection still waiting for (part of) its request must go now: "" if it may wait on.
+const char* too_slow(const Conn& c, const ServerOptions& o, ConnTable& t) {
+  if (c.busy) return "";
+  const auto age = std::chrono::duration_cast<std::chrono::milliseconds>(Clock::now() - c.since).count();
+  if (age > int64_t{o.read_timeout_s} * 1000) return "slow";
+  if (t.queued > 0 && age > o.busy_read_ms) return "crowded";
+  return "";
+}
+
+// A socket stream as httplib's own (buffered reads, timed writes), whose reads give up when the
+// request is too slow to arrive (see above).
+class ConnStream final : public httplib::Stream {
+ public:
+  ConnStream(Conn& c, const ServerOptions& o, ConnTable& t) : c_(c), o_(o), t_(t) {}
+
+  bool is_readable() const override { return off_ < len_ || const_cast<ConnStream*>(this)->wait_readable(); }
+  bool is_writable() const override {
+    if (wait_socket(c_.sock, POLLOUT, o_.write_timeout_s * 1000) <= 0) return false;
+    char b;  // alive: no EOF or error pending (as httplib's is_socket_alive)
+    if (wait_socket(c_.sock, POLLIN, 0) == 0) return true;
+    return ::recv(c_.sock, &b, 1, MSG_PEEK | MSG_DONTWAIT) > 0;
+  }
+  ssize_t read(char* ptr, size_t size) override {
+    if (off_ >= len_) {
+      if (!wait_readable()) return -1;
+      off_ = len_ = 0;
+      ssize_t n;
+      do n = ::recv(c_.sock, buf_, sizeof buf_, 0);
+      while (n < 0 && errno == EINTR);
+      if (n <= 0) return n;
+      len_ = static_cast<size_t>(n);
+    }
+    const size_t k = std::min(size, len_ - off_);
+    std::memcpy(ptr, buf_ + off_, k);
+    off_ += k;
+    return static_cast<ssize_t>(k);
+  }
+  ssize_t write(const char* ptr, size_t size) override {
+    if (!is_writable()) return -1;
+    ssize_t n;
+    do n = ::send(c_.sock, ptr, size, MSG_NOSIGNAL);
+    while (n < 0 && errno == EINTR);
+    return n;
+  }
+  void get_remote_ip_and_port(std::string& ip, int& port) const override { address(::getpeername, ip, port); }
+  void get_local_ip_and_port(std::string& ip, int& port) const override { address(::getsockname, ip, port); }
+  socket_t socket() const override { return c_.sock; }
+
+  // Waits for bytes, in 50 ms steps: false when none came within read_timeout_s of silence, or
+  // the request as a whole is too slow (too_slow); the connection is then closed (gave_up).
+  bool wait_readable() {
+    const auto silent_until = Clock::now() + std::chrono::seconds(o_.read_timeout_s);
+    for (;;) {
+      const char* why = too_slow(c_, o_, t_);
+      if (!*why && !c_.busy && Clock::now() > silent_until) why = "slow";
+      if (*why) {
+        (why[0] == 's' ? t_.cut_slow : t_.cut_crowded)++;
+        gave_up_ = true;
+        return false;
+      }
+      const int r = wait_socket(c_.sock, POLLIN, 50);
+      if (r != 0) return r > 0;
+      if (c_.busy && Clock::now() > silent_until) return false;
+    }
+  }
+  bool gave_up() const { return gave_up_; }
+
+ private:
+  template <typename F>
+  void address(F get, std::string& ip, int& port) const {
+    sockaddr_storage a{};
+    socklen_t len = sizeof a;
+    ip.clear();
+    port = 0;
+    if (get(c_.sock, reinterpret_cast<sockaddr*>(&a), &len) != 0) return;
+    char host[64] = {};
+    if (a.ss_family == AF_INET) {
+      const auto* v4 = reinterpret_cast<const sockaddr_in*>(&a);
+      ::inet_ntop(AF_INET, &v4->sin_addr, host, sizeof host);
+      port = ntohs(v4->sin_port);
+    } else if (a.ss_family == AF_INET6) {
+      const auto* v6 = reinterpret_cast<const sockaddr_in6*>(&a);
+      ::inet_ntop(AF_INET6, &v6->sin6_addr, host, sizeof host);
+      port = ntohs(v6->sin6_port);
+    }
+    ip = host;
+  }
+
+  Conn& c_;
+  const ServerOptions& o_;
+  ConnTable& t_;
+  char buf_[4096];
+  size_t off_ = 0, len_ = 0;
+  bool gave_up_ = false;
+};
+
+// httplib's server, each connection served through a ConnStream (and refused past the maximum):
+// the keep-alive loop of httplib's own process_and_close_socket, with guarded waits.
+class GuardedServer final : public httplib::Server {
+ public:
+  GuardedServer(ConnTable& t, const ServerOptions& o) : table_(t), opt_(o) {}
+
+  // httplib listens with a backlog of 5: a burst of connections would wait in SYN retries (1 s,
+  // 3 s, ...) before any thread sees them. listen() again on the bound socket sets a larger one.
+  void widen_backlog() { ::listen(svr_sock_, SOMAXCONN); }
+
+ private:
+  bool process_and_close_socket(socket_t sock) override {
+    if (table_.open + table_.queued >= opt_.max_connections) {
+      table_.refused++;
+      const std::string body = dump(ApiError{503, "too many open connections; retry later", "server_error", "", "server_overloaded"}.body());
+      const std::string msg = fmt::format(
+          "HTTP/1.1 503 Service Unavailable\r\nContent-Type: application/json\r\nRetry-After: 1\r\nConnection: close\r\n"
+          "Content-Length: {}\r\n\r\n{}", body.size(), body);
+      [[maybe_unused]] const ssize_t n = ::send(sock, msg.data(), msg.size(), MSG_NOSIGNAL | MSG_DONTWAIT);
+      ::shutdown(sock, SHUT_RDWR);
+      ::close(sock);
+      return false;
+    }
+    table_.open++;
+    Conn c;
+    c.sock = sock;
+    tl_conn = &c;
+    bool ret = false;
+    for (int left = std::max(1, opt_.keep_alive_max); left > 0 && svr_sock_ != INVALID_SOCKET; --left) {
+      c.since = Clock::now();
+      c.busy = false;
+      if (!await_request(c)) break;
+      ConnStream strm(c, opt_, table_);
+      bool closed = false;
+      ret = process_request(strm, left == 1, closed, nullptr);
+      if (!ret || closed || strm.gave_up()) break;  // a request too slow to arrive ends its connection
+    }
+    tl_conn = nullptr;
+    ::shutdown(sock, SHUT_RDWR);
+    ::close(sock);
+    table_.open--;
+    return ret;
+  }
+
+  // The wait for a (next) request on a kept-alive connection: keep_alive_timeout_s, cut short
+  // while other connections wait for a thread.
+  bool await_request(Conn& c) {
+    const auto until = c.since + std::chrono::seconds(opt_.keep_alive_timeout_s);
+    for (;;) {
+      const int r = wait_socket(c.sock, POLLIN, 50);
+      if (r != 0) return r > 0;
+      if (Clock::now() > until || svr_sock_ == INVALID_SOCKET) return false;
+      if (table_.queued > 0 && Clock::now() - c.since > std::chrono::milliseconds(opt_.busy_read_ms)) {
+        table_.cut_crowded++;
+        return false;
+      }
+    }
+  }
+
+  ConnTable& table_;
+  const ServerOptions& opt_;
+};
+
+// Marks this thread's connection busy: its request was read and a handler runs.
+void conn_busy() {
+  if (tl_conn) tl_conn->busy = true;
+}
+
+// The client of this thread's connection has closed (or reset) it.
+bool peer_gone() {
+  if (!tl_conn) return false;
+  char b;
+  const ssize_t n = ::recv(tl_conn->sock, &b, 1, MSG_PEEK | MSG_DONTWAIT);
+  return n == 0 || (n < 0 && errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR);
+}
 }  // namespace
 
 struct HttpServer::Impl {
   genai::Scheduler& sched;
   ServerOptions opt;
-  httplib::Server svr;
+  ConnTable conns;
+  GuardedServer svr{conns, opt};
   RequestCounter counter;
   int bound_port = 0;
   std::atomic<uint64_t> next_id{1};
@@ -85,11 +370,12 @@ struct HttpServer::Impl {
     const genai::SchedulerStatus st = sched.status();
     int threads = opt.http_threads;
     if (threads <= 0) threads = static_cast<int>(std::min<int64_t>(512, 2 * static_cast<int64_t>(st.slots.size()) + 64 + 16));
-    svr.new_task_queue = [threads] { return new httplib::ThreadPool(static_cast<size_t>(threads)); };
+    svr.new_task_queue = [this, threads] { return new Pool(static_cast<size_t>(threads), conns); };
     svr.set_payload_max_length(opt.max_body_bytes);
-    svr.set_keep_alive_timeout(2);
-    svr.set_read_timeout(30, 0);
-    svr.set_write_timeout(30, 0);
+    svr.set_keep_alive_timeout(opt.keep_alive_timeout_s);
+    svr.set_keep_alive_max_count(static_cast<size_t>(std::max(1, opt.keep_alive_max)));
+    svr.set_read_timeout(opt.read_timeout_s, 0);
+    svr.set_write_timeout(opt.write_timeout_s, 0);
     routes();
   }
 
@@ -109,19 +395,28 @@ struct HttpServer::Impl {
   }
 
   void routes() {
-    svr.Get("/", [](const httplib::Request&, httplib::Response& res) { res.set_content(kIndexHtml, "text/html; charset=utf-8"); });
-    svr.Get("/health", [](const httplib::Request&, httplib::Response& res) { res.set_content(R"({"status":"ok"})", "application/json"); });
+    svr.Get("/", [](const httplib::Request&, httplib::Response& res) {
+      conn_busy();
+      res.set_content(kIndexHtml, "text/html; charset=utf-8");
+    });
+    svr.Get("/health", [](const httplib::Request&, httplib::Response& res) {
+      conn_busy();
+      res.set_content(R"({"status":"ok"})", "application/json");
+    });
     svr.Get("/v1/models", [this](const httplib::Request& req, httplib::Response& res) {
+      conn_busy();
       if (!authorized(req, res)) return;
       json data = json::array({{{"id", sched.model_name()}, {"object", "model"}, {"created", unix_now()}, {"owned_by", "npullm"}}});
       res.set_content(dump({{"object", "list"}, {"data", data}}), "application/json");
     });
     svr.Get("/metrics", [this](const httplib::Request& req, httplib::Response& res) {
+      conn_busy();
       if (!authorized(req, res)) return;
       res.set_content(prometheus_text(sched.status(), counter.snapshot(), sched.runtime().slots(), sched.slot_capacity()),
                       "text/plain; version=0.0.4; charset=utf-8");
     });
     svr.Get("/slots", [this](const httplib::Request& req, httplib::Response& res) {
+      conn_busy();
       if (!authorized(req, res)) return;
       res.set_content(dump(slots_json()), "application/json");
     });
@@ -162,6 +457,10 @@ struct HttpServer::Impl {
       for (const char* k : known)
         if (req.path == k) route = k;
       counter.add(route, res.status);
+      // A large body (a hostile stop list, say) leaves its parse's many small blocks free in this
+      // thread's malloc arena; hand them back, so that resident memory stays bounded by the live
+      // requests rather than by the largest bodies each arena has seen.
+      if (req.body.size() > (256u << 10)) ::malloc_trim(0);
     });
   }
 
@@ -183,15 +482,23 @@ struct HttpServer::Impl {
             {"totals", {{"requests", st.requests_done}, {"generated_tokens", st.generated_tokens}, {"cached_tokens", st.cached_tokens},
                         {"padded_rows", st.padded_rows}, {"decode_steps", st.decode_steps},
                         {"longest_decode_stall_ms", st.longest_decode_stall_ms}}},
+            {"connections", {{"open", conns.open.load()}, {"waiting", conns.queued.load()}, {"cut_slow", conns.cut_slow.load()},
+                             {"cut_crowded", conns.cut_crowded.load()}, {"refused", conns.refused.load()}}},
             {"slots", slots}};
   }
 
   void generate(const httplib::Request& req, httplib::Response& res, bool chat) {
+    conn_busy();
     if (!authorized(req, res)) return;
+    if (nested_deeper_than(req.body, opt.max_json_depth))
+      return send_error(res, bad_request(fmt::format("the request body nests arrays or objects deeper than {} levels", opt.max_json_depth)));
     RequestLimits limits{opt.max_tokens_limit, sched.runtime().n_vocab()};
     auto parsed = parse_request(req.body, chat, limits);
     if (auto* e = std::get_if<ApiError>(&parsed)) return send_error(res, *e);
     ApiRequest r = std::get<ApiRequest>(std::move(parsed));
+    for (const std::string& s : r.gen.stop_strings)
+      if (s.size() > opt.max_stop_bytes)
+        return send_error(res, bad_request(fmt::format("a stop string is {} bytes long; at most {} are allowed", s.size(), opt.max_stop_bytes), "stop"));
     if (!r.model.empty() && r.model != sched.model_name())
       return send_error(res, ApiError{404, fmt::format("the model '{}' does not exist; this server serves '{}'", r.model, sched.model_name()),
                                       "invalid_request_error", "model", "model_not_found"});
@@ -238,8 +545,14 @@ struct HttpServer::Impl {
     const int64_t created = unix_now();
     if (r.stream) return stream(res, ch, chat, id, created, r.include_usage);
 
+    // Until it is done; a client that hangs up meanwhile cancels its request (freeing the slot).
     std::unique_lock lk(ch->m);
-    ch->cv.wait(lk, [&] { return ch->done; });
+    while (!ch->cv.wait_for(lk, std::chrono::milliseconds(100), [&] { return ch->done; })) {
+      if (!ch->gone && peer_gone()) {
+        ch->gone = true;
+        sched.cancel(ch->id);
+      }
+    }
     const genai::ServeResult& out = ch->result;
     if (!out.error.empty()) return send_error(res, ApiError{500, out.error, "server_error", "", ""});
     json choice = {{"index", 0}, {"logprobs", nullptr}, {"finish_reason", finish_name(out.finish)}};
@@ -338,6 +651,7 @@ void HttpServer::bind() {
     if (!impl_->svr.bind_to_port(o.host, o.port)) fail("cannot listen on {}:{} (address in use, or not an address of this machine)", o.host, o.port);
     impl_->bound_port = o.port;
   }
+  impl_->svr.widen_backlog();
 }
 
 int HttpServer::port() const { return impl_->bound_port; }

@@ -22,6 +22,8 @@ class Scheduler;
 
 namespace npullm::server {
 
+// Limits and time-outs: every one has a default that keeps a loopback server answering under abuse
+// (tests/server/abuse.mjs): slow or silent clients lose their connection, not the server its threads.
 struct ServerOptions {
   std::string host = "127.0.0.1";    // loopback unless told otherwise
   int port = 8080;                   // 0: any free port (see HttpServer::port)
@@ -29,6 +31,20 @@ struct ServerOptions {
   size_t max_body_bytes = 4u << 20;  // larger bodies get 413
   int http_threads = 0;              // connections served at once; 0: enough for every slot and queued request
   int64_t max_tokens_limit = 1000000;  // a larger max_tokens is refused as absurd
+  // A request's line, headers and body must all arrive within this many seconds of its first
+  // byte being awaited (a client trickling them, or sending less body than it announced, is cut).
+  int read_timeout_s = 10;
+  // A client that takes no bytes for this long is dropped (a stream it stopped reading is cancelled).
+  int write_timeout_s = 10;
+  int keep_alive_timeout_s = 2;      // an idle kept-alive connection is closed after this
+  int keep_alive_max = 100;          // requests on one connection before it is closed
+  // Open connections (served or waiting for a thread); beyond them a connection gets 503 at once.
+  int max_connections = 1000;
+  // While connections wait for a thread, one that has not delivered a whole request after this
+  // many milliseconds (idle, or slow) is closed to make room.
+  int busy_read_ms = 500;
+  int max_json_depth = 64;           // bodies nested deeper (arrays/objects) get 400, before parsing
+  size_t max_stop_bytes = 1024;      // a longer stop string gets 400 (at most 4 of them, as OpenAI)
 };
 
 class HttpServer {

@@ -6,7 +6,7 @@
 # usage: tests/server/run.sh NPULLM_BIN [MODEL.gguf] [FILTER]
 #   MODEL   default ../shared/models/llama2c/stories260K.gguf from the repo root; "" or - for it.
 #           Missing: exit 77 (skip), or 1 when NPULLM_REQUIRE_DATA=1.
-#   FILTER  extended regex on script names, e.g. 'openai|web' (default: all).
+#   FILTER  extended regex on script names, e.g. 'openai|web|abuse' (default: all).
 # env: NPULLM_RUNTIME_FLAGS  extra runtime flags for both `serve` and `run` (e.g. "--variants 64,128")
 #      NPULLM_SCREENSHOT     where web_page.mjs saves its screenshot (default build/web-page.png)
 #      NPULLM_KEEP_TMP=1     keep the temp folder (server logs, blob cache)
@@ -37,7 +37,7 @@ fi
 MODEL="$(cd "$(dirname "$MODEL")" && pwd)/$(basename "$MODEL")"
 
 SCRIPTS=()
-for s in bad_requests openai_client concurrency web_page; do
+for s in bad_requests openai_client concurrency web_page abuse; do
   [[ "$s" =~ $FILTER ]] && SCRIPTS+=("$s")
 done
 [[ ${#SCRIPTS[@]} -gt 0 ]] || { echo "run.sh: no script matches '$FILTER'" >&2; exit 2; }
@@ -153,6 +153,7 @@ run_script() {
 
 start_server main
 for s in "${SCRIPTS[@]}"; do
+  [[ "$s" == abuse ]] && continue  # on a server of its own, below
   # A script that kills the server would fail the rest with confusing messages; say so instead.
   kill -0 "$SERVER_PID" 2>/dev/null || { echo "run.sh: the server died" >&2; log_tail; exit 1; }
   run_script "$s"
@@ -171,6 +172,14 @@ if [[ " ${SCRIPTS[*]} " == *" concurrency "* ]]; then
   PARALLEL=2 start_server overload --max-queue 4
   run_script concurrency NPULLM_EXPECT_503=1
   stop_server || FAILED+=("clean shutdown (overload server)")
+fi
+
+# Abuse (slow, idle, lying and vanishing clients, hostile bodies, a flood) against a server with
+# short read/write time-outs and every other limit at its default; it must keep answering.
+if [[ " ${SCRIPTS[*]} " == *" abuse "* ]]; then
+  PARALLEL=4 start_server abuse --max-queue 16 --read-timeout 3 --write-timeout 3
+  run_script abuse
+  stop_server || FAILED+=("clean shutdown (abuse server)")
 fi
 
 echo
