@@ -19,7 +19,9 @@ struct SynthCliOptions {
   // Shape overrides (applied over the preset when given).
   std::string arch;
   int64_t n_embd = 0, n_layer = 0, n_head = 0, n_head_kv = 0, n_ff = 0, n_vocab = 0, n_ctx = 0;
-  float rope_base = 0.0f, rms_eps = 0.0f;
+  int64_t head_dim = 0, n_rot = 0, n_swa = 0, swa_pattern = 0;
+  float rope_base = 0.0f, rms_eps = 0.0f, rope_base_swa = 0.0f, softcap = 0.0f;
+  std::string vocab;
   bool tied = false;
   std::string argv;  // the command line, for general.description
 };
@@ -45,6 +47,13 @@ int synth(const SynthCliOptions& o, CLI::App* cmd) {
   if (cmd->count("--n-ctx")) s.n_ctx = o.n_ctx;
   if (cmd->count("--rope-base")) s.rope_base = o.rope_base;
   if (cmd->count("--rms-eps")) s.rms_eps = o.rms_eps;
+  if (cmd->count("--head-dim")) s.head_size = o.head_dim;
+  if (cmd->count("--n-rot")) s.n_rot = o.n_rot;
+  if (cmd->count("--sliding-window")) s.n_swa = o.n_swa;
+  if (cmd->count("--swa-pattern")) s.swa_pattern = o.swa_pattern;
+  if (cmd->count("--rope-base-swa")) s.rope_base_swa = o.rope_base_swa;
+  if (cmd->count("--softcap")) s.final_softcap = o.softcap;
+  if (cmd->count("--vocab")) s.vocab = o.vocab;
   if (cmd->count("--tied") || cmd->count("--untied")) s.tied = o.tied;
   if (cmd->count("--name")) s.name = o.name;
   // With --vocab-from the vocabulary decides n_vocab, unless --n-vocab insists (then they must agree).
@@ -64,6 +73,11 @@ int synth(const SynthCliOptions& o, CLI::App* cmd) {
              "rms eps {:g}, {} output\n",
              w.name, w.arch, w.n_layer, w.n_embd, w.n_head, w.n_head_kv, w.head_dim(), w.n_ff, w.n_ctx,
              w.rope_base, w.rms_eps, w.tied ? "tied" : "separate");
+  if (w.rot_dims() != w.head_dim()) fmt::print("  partial rotary: RoPE on {} of {} dims per head\n", w.rot_dims(), w.head_dim());
+  if (w.n_swa > 0)
+    fmt::print("  sliding window {} on {} of every {} layers (local rope base {:g}){}\n", w.n_swa, w.swa_pattern - 1,
+               w.swa_pattern, w.rope_base_swa,
+               w.final_softcap > 0 ? fmt::format(", final logit soft-cap {:g}", w.final_softcap) : "");
   fmt::print("  vocabulary: {} tokens, {}\n", w.n_vocab, r.vocab);
   fmt::print("  type {} (general.file_type {}), seed {}, {:.3f} B parameters, {} tensors\n", so.type.name,
              so.type.llama_ftype, so.seed, static_cast<double>(r.n_params) / 1e9, r.tensors.size());
@@ -105,7 +119,9 @@ void add_synth(CLI::App& app, Actions& actions) {
   cmd->add_option("--seed", o->seed, "seed of the weights")->capture_default_str();
   cmd->add_option("--vocab-from", o->vocab_from, "copy the tokenizer (tokenizer.* keys) from this GGUF; n_vocab follows it")
       ->check(CLI::ExistingFile);
-  cmd->add_option("--arch", o->arch, "architecture: llama or qwen2 (qwen2 adds q/k/v biases)");
+  cmd->add_option("--arch", o->arch,
+                  "architecture: llama, qwen2 (q/k/v biases), qwen3 (q/k norms), gemma3 (q/k and post norms, "
+                  "sliding window) or phi3 (fused qkv and gate/up)");
   cmd->add_option("--name", o->name, "general.name");
   cmd->add_option("--n-embd", o->n_embd, "embedding length");
   cmd->add_option("--n-layer", o->n_layer, "number of blocks");
@@ -116,6 +132,14 @@ void add_synth(CLI::App& app, Actions& actions) {
   cmd->add_option("--n-ctx", o->n_ctx, "context length written to the metadata");
   cmd->add_option("--rope-base", o->rope_base, "RoPE frequency base");
   cmd->add_option("--rms-eps", o->rms_eps, "RMS norm epsilon");
+  cmd->add_option("--head-dim", o->head_dim, "head size when it is not n-embd / n-head (qwen3, gemma3)");
+  cmd->add_option("--n-rot", o->n_rot, "RoPE dimensions per head (phi3's partial rotary; 0 = the whole head)");
+  cmd->add_option("--sliding-window", o->n_swa, "gemma3: window of the local layers (0 = every layer global)");
+  cmd->add_option("--swa-pattern", o->swa_pattern, "gemma3: period of local/global layers (the last of each is global)");
+  cmd->add_option("--rope-base-swa", o->rope_base_swa, "gemma3: RoPE base of the local layers");
+  cmd->add_option("--softcap", o->softcap, "gemma3: final logit soft-capping (0 = none)");
+  cmd->add_option("--vocab", o->vocab, "generated tokenizer: spm or bpe (default: bpe for qwen2/qwen3, else spm)")
+      ->check(CLI::IsMember({"spm", "bpe"}));
   cmd->add_flag("--tied,!--untied", o->tied, "share the embedding as the output matrix (or not)");
   cmd->add_option("-t,--threads", o->threads, "worker threads (0 = all)")->capture_default_str();
   cmd->add_flag("-v,--verbose", o->verbose, "list every tensor with its type and shape");

@@ -16,10 +16,12 @@
 //   u_j   = (((r >> 16j) & 0xFFFF) + 0.5) / 65536, j = 0..3     (four uniforms in (0, 1))
 //   z     = (u_0 + u_1 + u_2 + u_3 - 2) * sqrt(3)                (≈ normal, unit variance, |z| < 3.5)
 //   value = float(mean + std * z)                                 (in double, then rounded)
-// Scales (L = 5.5): token_embd and output L/√n_embd, so that logits have a std of about L;
-// attn_q/k 1.4/√n_embd; attn_v, ffn_gate/up 1/√n_embd; attn_output 6/√n_embd and ffn_down
-// 6/√n_ff (large gains keep the residual stream moving, so outputs differ per position); norms
-// 1 ± 0.2; qwen2's q/k biases ± 0.5, v bias ± 0.2.
+// Scales (L = 5.5, gemma3 7.0): token_embd and output L/√n_embd, so that logits have a std of
+// about L; attn_q/k 1.4/√n_embd; attn_v, ffn_gate/up 1/√n_embd; attn_output 6/√(n_head·head_dim)
+// and ffn_down 6/√n_ff (large gains keep the residual stream moving, so outputs differ per
+// position); norms 1 ± 0.2; qwen2's q/k biases ± 0.5, v bias ± 0.2; qwen3/gemma3 q/k norms
+// 1.5 ± 0.2; gemma3 post norms 40 ± 8 (golden/arch README §8 says why); phi3's fused attn_qkv takes
+// the Q/K scale on its Q and K rows and the V scale on its V rows, its fused ffn_up 1/√n_embd.
 //
 // Tensor types follow llama-quantize's per-tensor rules for the chosen file type (see
 // synth_plan()); tensors are written in llama-quantize's order, one slab of rows at a time, so
@@ -34,8 +36,17 @@
 namespace npullm::model {
 
 // The hyper-parameters of a synthetic model (written as `<arch>.*` keys).
+//   llama   dense Llama (adjacent-pair RoPE).
+//   qwen2   + q/k/v biases, NeoX RoPE.
+//   qwen3   per-head RMSNorm on Q and K (attn_q_norm/attn_k_norm), no biases; the head size is
+//           written as attention.key_length/value_length (it need not be n_embd / n_head).
+//   gemma3  qwen3's tensors plus post_attention_norm and post_ffw_norm; sliding-window (local)
+//           layers with their own RoPE base on a period of swa_pattern layers (the last of each
+//           period global); GELU FFN and √n_embd embedding scale are implied by the arch.
+//   phi3    fused attn_qkv (Q, K, V stacked) and fused ffn_up (gate, up stacked), no ffn_gate;
+//           partial rotary through n_rot. No LongRoPE factor tensors (npullm refuses them).
 struct SynthShape {
-  std::string arch = "llama";  // "llama" or "qwen2" (qwen2 adds q/k/v biases; NeoX RoPE is implied)
+  std::string arch = "llama";  // llama, qwen2, qwen3, gemma3 or phi3 (see above)
   std::string name = "synth";  // general.name
   int64_t n_embd = 256;
   int64_t n_layer = 4;
@@ -47,14 +58,28 @@ struct SynthShape {
   float rope_base = 10000.0f;
   float rms_eps = 1e-5f;
   bool tied = false;           // no output.weight: token_embd doubles as the classifier
+  int64_t head_size = 0;       // head size (0: n_embd / n_head); qwen3/gemma3 write it as key_length
+  int64_t n_rot = 0;           // rope.dimension_count: RoPE on the first n_rot dims of a head (0: all)
+  // gemma3 only.
+  int64_t n_swa = 0;           // attention.sliding_window (0: every layer global)
+  int64_t swa_pattern = 6;     // layer il is local iff il % swa_pattern < swa_pattern - 1 (6: no key written)
+  float rope_base_swa = 10000.0f;  // rope.freq_base_swa: the local layers' RoPE base
+  float final_softcap = 0.0f;  // final_logit_softcapping (0: none, as in real Gemma 3)
+  std::string vocab;           // generated tokenizer: "spm" or "bpe" (empty: bpe for qwen2/qwen3, else spm)
 
-  int64_t head_dim() const { return n_embd / n_head; }
+  int64_t head_dim() const { return head_size > 0 ? head_size : n_embd / n_head; }
+  int64_t q_dim() const { return n_head * head_dim(); }
   int64_t kv_dim() const { return n_head_kv * head_dim(); }
+  int64_t rot_dims() const { return n_rot > 0 ? n_rot : head_dim(); }
   bool qkv_bias() const { return arch == "qwen2"; }
+  bool qk_norm() const { return arch == "qwen3" || arch == "gemma3"; }
+  bool bpe_vocab() const { return vocab.empty() ? (arch == "qwen2" || arch == "qwen3") : vocab == "bpe"; }
 };
 
 // Presets: "tiny" (a few-MB llama for demos and tests), "tinyllama-1.1b", "qwen2.5-0.5b",
-// "llama-3.2-1b" (shapes of the real models; see synth.cpp for the details that differ).
+// "llama-3.2-1b", "qwen3-0.6b", "gemma-3-1b", "phi-4-mini" (shapes of the real models; see synth.cpp
+// for the details that differ), and "tiny-qwen3", "tiny-gemma3", "tiny-phi3" (the shapes of the
+// golden models of ../shared/golden/arch with a 4096-token vocabulary).
 SynthShape synth_preset(const std::string& name);  // throws npullm::Error listing the names
 const std::vector<std::string>& synth_preset_names();
 
@@ -70,13 +95,16 @@ SynthFileType synth_file_type(const std::string& name);  // throws npullm::Error
 const std::vector<std::string>& synth_file_type_names();
 
 // One tensor of the model: its GGUF name and dims (ne0 first), its type, and the distribution of
-// its values.
+// its values. A fused tensor may change its std part way: rows from split_row on (element i is in
+// row i / ne0) have std_after (phi3's attn_qkv: the V rows).
 struct SynthTensor {
   std::string name;
   std::vector<int64_t> dims;
   GgmlType type = GgmlType::F32;
   double mean = 0.0;
   double std = 0.0;
+  int64_t split_row = -1;  // -1: one std for the whole tensor
+  double std_after = 0.0;
 
   int64_t n_elements() const;
 };

@@ -156,9 +156,9 @@ TEST(Synth, MixtureRulesForRealShapes) {
       EXPECT_EQ(t.at(p + "attn_v.bias"), GgmlType::F32);
     }
   }
-  {  // Qwen2.5-0.5B Q3_K_M: Q3_K falls back to IQ4_NL, Q5_K to Q5_1.
+  {  // Qwen2.5-0.5B Q3_K_M: Q3_K falls back to Q4_0 (llama.cpp 80fb11a; IQ4_NL before), Q5_K to Q5_1.
     const auto t = types_of(model::synth_plan(synth_preset("qwen2.5-0.5b"), synth_file_type("Q3_K_M")));
-    EXPECT_EQ(t.at("blk.5.attn_q.weight"), GgmlType::IQ4_NL);
+    EXPECT_EQ(t.at("blk.5.attn_q.weight"), GgmlType::Q4_0);
     EXPECT_EQ(t.at("blk.0.attn_v.weight"), GgmlType::Q5_1);
     EXPECT_EQ(t.at("blk.5.attn_v.weight"), GgmlType::Q5_0);
     EXPECT_EQ(t.at("blk.5.attn_output.weight"), GgmlType::Q5_0);
@@ -331,6 +331,201 @@ TEST(Synth, ReproducesGoldenModelsTensorForTensor) {
   }
 }
 
+// The same for the golden arch models (../shared/golden/arch/README.md §5 and §8; llama-quantize
+// 80fb11a): the tiny-qwen3/-gemma3/-phi3 presets are their shapes, so with their seeds and
+// vocabularies synth writes the same tensors — q/k norms, post norms, fused attn_qkv (with its
+// per-row scales) and fused ffn_up, the key_length head size, the partial-rotary and sliding-window
+// keys, and the types llama-quantize chose (attn_qkv takes attn_v's Q6_K layers).
+TEST(Synth, ReproducesGoldenArchModelsTensorForTensor) {
+  NPULLM_REQUIRE_SHARED("golden/arch/qwen3-gpt2.Q4_K_M.gguf");
+  NPULLM_REQUIRE_SHARED("models/vocab/ggml-vocab-phi-3.gguf");
+  struct Case {
+    const char* golden;
+    const char* preset;
+    uint64_t seed;
+    const char* vocab;
+  };
+  for (const Case& c : {Case{"qwen3-gpt2", "tiny-qwen3", 3, "gpt-2"}, Case{"gemma3-spm", "tiny-gemma3", 4, "llama-spm"},
+                        Case{"phi3-spm", "tiny-phi3", 5, "phi-3"}}) {
+    SCOPED_TRACE(c.golden);
+    SynthOptions o;
+    o.shape = model::synth_preset(c.preset);
+    o.shape.n_vocab = 0;  // from the vocabulary file
+    o.type = model::synth_file_type("Q4_K_M");
+    o.seed = c.seed;
+    o.threads = 2;
+    o.vocab_from = test::shared_path(std::string("models/vocab/ggml-vocab-") + c.vocab + ".gguf");
+    const std::string path = write(o, std::string(c.golden) + ".gguf");
+    const auto ours = GgufFile::open(path);
+    const auto ref = GgufFile::open(test::shared_path(std::string("golden/arch/") + c.golden + ".Q4_K_M.gguf"));
+    ASSERT_EQ(ours->tensors().size(), ref->tensors().size());
+    for (size_t i = 0; i < ref->tensors().size(); ++i) {
+      const GgufTensorInfo& a = ours->tensors()[i];
+      const GgufTensorInfo& b = ref->tensors()[i];
+      ASSERT_EQ(a.name, b.name);
+      ASSERT_EQ(a.dims, b.dims) << a.name;
+      ASSERT_EQ(a.type, b.type) << a.name;
+      ASSERT_EQ(a.n_bytes, b.n_bytes) << a.name;
+      EXPECT_EQ(std::memcmp(a.data, b.data, a.n_bytes), 0) << a.name << " differs";
+    }
+    // Every <arch>.* key of the golden file, with its value (and no key it lacks).
+    const std::string arch = *ref->get_string("general.architecture");
+    EXPECT_EQ(ours->get_string("general.architecture"), arch);
+    std::set<std::string> ref_keys, our_keys;
+    for (const auto& [key, value] : ref->metadata()) {
+      if (key.rfind(arch + ".", 0) != 0) continue;
+      ref_keys.insert(key);
+      const GgufValue* mine = ours->find(key);
+      ASSERT_NE(mine, nullptr) << key;
+      EXPECT_EQ(mine->type, value.type) << key;
+      if (value.is_integer()) EXPECT_EQ(mine->as_int(key), value.as_int(key)) << key;
+      else EXPECT_EQ(mine->as_float(key), value.as_float(key)) << key;
+    }
+    for (const auto& [key, value] : ours->metadata())
+      if (key.rfind(arch + ".", 0) == 0) our_keys.insert(key);
+    EXPECT_EQ(our_keys, ref_keys);
+    fs::remove(path);
+  }
+}
+
+// The new families' presets at full size: the shapes of the real models and the types
+// llama-quantize gives them (planned only; the files are 0.5-2.5 GB).
+TEST(Synth, NewFamilyPresetsHaveRealShapesAndTypes) {
+  using model::synth_file_type;
+  using model::synth_preset;
+  {  // Qwen3-0.6B: q width 16 x 128 = 2048 > n_embd 1024; tied; everything 256-aligned.
+    const model::SynthShape s = synth_preset("qwen3-0.6b");
+    const auto plan = model::synth_plan(s, synth_file_type("Q4_K_M"));
+    std::map<std::string, SynthTensor> t;
+    for (const SynthTensor& x : plan) t[x.name] = x;
+    EXPECT_EQ(plan.size(), 1u + 1u + 28u * 11u);
+    EXPECT_EQ(t.at("blk.0.attn_q.weight").dims, (std::vector<int64_t>{1024, 2048}));
+    EXPECT_EQ(t.at("blk.0.attn_k.weight").dims, (std::vector<int64_t>{1024, 1024}));
+    EXPECT_EQ(t.at("blk.0.attn_output.weight").dims, (std::vector<int64_t>{2048, 1024}));
+    EXPECT_EQ(t.at("blk.0.attn_q_norm.weight").dims, (std::vector<int64_t>{128}));
+    EXPECT_EQ(t.at("token_embd.weight").dims, (std::vector<int64_t>{1024, 151936}));
+    EXPECT_EQ(t.at("token_embd.weight").type, GgmlType::Q6_K);
+    const std::set<int> more = more_bits_layers(28);
+    for (int l = 0; l < 28; ++l) {
+      const std::string p = "blk." + std::to_string(l) + ".";
+      EXPECT_EQ(t.at(p + "attn_v.weight").type, more.count(l) ? GgmlType::Q6_K : GgmlType::Q4_K) << l;
+      EXPECT_EQ(t.at(p + "ffn_down.weight").type, more.count(l) ? GgmlType::Q6_K : GgmlType::Q4_K) << l;
+      EXPECT_EQ(t.at(p + "attn_q.weight").type, GgmlType::Q4_K) << l;
+    }
+    EXPECT_EQ(t.count("output.weight"), 0u);
+  }
+  {  // Gemma-3-1B: rows of 1152 are not 256-blocks, so Q4_K -> Q5_0, Q6_K -> Q8_0; the tied
+     // embedding takes Q8_0; ffn_down (6912 = 27 x 256) and attn_output (1024) keep k-quants.
+    const model::SynthShape s = synth_preset("gemma-3-1b");
+    EXPECT_EQ(s.head_dim(), 256);
+    EXPECT_EQ(s.q_dim(), 1024);
+    EXPECT_EQ(s.kv_dim(), 256);
+    const auto plan = model::synth_plan(s, synth_file_type("Q4_K_M"));
+    std::map<std::string, SynthTensor> t;
+    for (const SynthTensor& x : plan) t[x.name] = x;
+    EXPECT_EQ(plan.size(), 1u + 1u + 26u * 13u);
+    EXPECT_EQ(t.at("token_embd.weight").type, GgmlType::Q8_0);
+    EXPECT_EQ(t.at("token_embd.weight").dims, (std::vector<int64_t>{1152, 262144}));
+    const std::set<int> more = more_bits_layers(26);
+    for (int l = 0; l < 26; ++l) {
+      const std::string p = "blk." + std::to_string(l) + ".";
+      EXPECT_EQ(t.at(p + "attn_q.weight").type, GgmlType::Q5_0) << l;
+      EXPECT_EQ(t.at(p + "attn_v.weight").type, more.count(l) ? GgmlType::Q8_0 : GgmlType::Q5_0) << l;
+      EXPECT_EQ(t.at(p + "ffn_down.weight").type, more.count(l) ? GgmlType::Q6_K : GgmlType::Q4_K) << l;
+      EXPECT_EQ(t.at(p + "attn_output.weight").type, GgmlType::Q4_K) << l;
+      EXPECT_EQ(t.at(p + "post_ffw_norm.weight").type, GgmlType::F32) << l;
+    }
+  }
+  {  // Phi-4-mini: fused qkv [3072, 3072 + 2 x 1024] with attn_v's rules, fused ffn_up [3072, 2 x 8192].
+    const model::SynthShape s = synth_preset("phi-4-mini");
+    EXPECT_EQ(s.rot_dims(), 96);
+    EXPECT_EQ(s.n_ctx, 4096);
+    EXPECT_TRUE(s.bpe_vocab());
+    const auto plan = model::synth_plan(s, synth_file_type("Q4_K_M"));
+    std::map<std::string, SynthTensor> t;
+    for (const SynthTensor& x : plan) t[x.name] = x;
+    EXPECT_EQ(plan.size(), 1u + 1u + 32u * 6u);
+    EXPECT_EQ(t.count("blk.0.attn_q.weight") + t.count("blk.0.ffn_gate.weight"), 0u);
+    EXPECT_EQ(t.at("blk.0.attn_qkv.weight").dims, (std::vector<int64_t>{3072, 5120}));
+    EXPECT_EQ(t.at("blk.0.attn_qkv.weight").split_row, 3072 + 1024);  // the V rows take V's scale
+    EXPECT_EQ(t.at("blk.0.ffn_up.weight").dims, (std::vector<int64_t>{3072, 16384}));
+    EXPECT_EQ(t.at("token_embd.weight").type, GgmlType::Q6_K);
+    const std::set<int> more = more_bits_layers(32);
+    for (int l = 0; l < 32; ++l) {
+      const std::string p = "blk." + std::to_string(l) + ".";
+      EXPECT_EQ(t.at(p + "attn_qkv.weight").type, more.count(l) ? GgmlType::Q6_K : GgmlType::Q4_K) << l;
+      EXPECT_EQ(t.at(p + "ffn_up.weight").type, GgmlType::Q4_K) << l;
+    }
+    // Q3_K_M: the first two attn_v-like tensors get Q5_K (llama-quantize's counter).
+    const auto q3 = types_of(model::synth_plan(s, synth_file_type("Q3_K_M")));
+    EXPECT_EQ(q3.at("blk.1.attn_qkv.weight"), GgmlType::Q5_K);
+    EXPECT_EQ(q3.at("blk.2.attn_qkv.weight"), GgmlType::Q4_K);
+  }
+}
+
+// The scaled-down presets of the new families load in npullm with the hyper-parameters synth
+// wrote, and run with finite, peaked next-token distributions; `npullm run` generates from each.
+TEST(Synth, TinyArchPresetsRunInNpullm) {
+  for (const char* preset : {"tiny-qwen3", "tiny-gemma3", "tiny-phi3"}) {
+    SCOPED_TRACE(preset);
+    SynthOptions o;
+    o.shape = model::synth_preset(preset);
+    o.type = model::synth_file_type("Q4_K_M");
+    o.threads = 2;
+    const std::string path = write(o, std::string(preset) + ".gguf");
+    {
+      const auto f = GgufFile::open(path);
+      const model::HParams h = model::HParams::from_gguf(*f);
+      EXPECT_EQ(h.arch, o.shape.arch);
+      EXPECT_EQ(h.head_dim, o.shape.head_dim());
+      EXPECT_EQ(h.n_rot, o.shape.rot_dims());
+      EXPECT_EQ(h.n_ff, o.shape.n_ff);
+      EXPECT_TRUE(h.tied_output);
+      if (o.shape.arch == "gemma3") {
+        EXPECT_EQ(h.n_swa, 16);
+        EXPECT_EQ(h.swa_pattern, 6);
+        EXPECT_FLOAT_EQ(h.rope_freq_base_swa, 10000.0f);
+        EXPECT_FLOAT_EQ(h.final_softcap, 30.0f);
+        EXPECT_TRUE(h.is_swa(4));
+        EXPECT_FALSE(h.is_swa(5));
+      }
+    }
+    npuw::RuntimeConfig cfg;
+    cfg.prefill_chunk = 16;
+    cfg.variants = {64};
+    cfg.all_logits = true;
+    cfg.threads = 2;
+    cfg.use_cache = false;
+    npuw::LlmRuntime rt(path, cfg);
+    std::vector<int32_t> ids = {o.shape.bpe_vocab() ? 4093 : 1};
+    for (int i = 0; i < 31; ++i) ids.push_back(300 + (i * 97) % 3700);
+    std::vector<float> logits;
+    rt.prefill(ids, &logits);
+    const int64_t V = rt.n_vocab();
+    ASSERT_EQ(logits.size(), ids.size() * static_cast<size_t>(V));
+    for (float x : logits) ASSERT_TRUE(std::isfinite(x));
+    double mean_top1 = 0;
+    for (size_t p = 0; p < ids.size(); ++p) {
+      const float* l = logits.data() + p * V;
+      const float mx = *std::max_element(l, l + V);
+      double sum = 0;
+      for (int64_t v = 0; v < V; ++v) sum += std::exp(double(l[v]) - mx);
+      mean_top1 += 1.0 / sum;
+    }
+    mean_top1 /= static_cast<double>(ids.size());
+    EXPECT_GT(mean_top1, 0.1) << "peaked, not flat (1/4096)";
+
+    const fs::path out = temp_dir() / (std::string(preset) + ".run.json");
+    const std::string cmd = std::string(NPULLM_BINARY) + " run -m " + path +
+                            " -p hi -n 8 --temp 0 --ignore-eos --json --no-cache -t 2 > " + out.string() + " 2>&1";
+    const int status = std::system(cmd.c_str());
+    const std::string text = test::read_file(out.string());
+    ASSERT_EQ(WEXITSTATUS(status), 0) << text;
+    EXPECT_EQ(nlohmann::json::parse(text)["ids"].size(), 8u);
+    fs::remove(path);
+  }
+}
+
 TEST(Synth, BadOptionsAreRefused) {
   EXPECT_THROW(model::synth_preset("gpt-5"), Error);
   EXPECT_THROW(model::synth_file_type("Q4_K_X"), Error);
@@ -340,6 +535,17 @@ TEST(Synth, BadOptionsAreRefused) {
   o = tiny("Q4_0");
   o.shape.arch = "gpt2";
   EXPECT_THROW(model::synth_write(o, (temp_dir() / "bad2.gguf").string()), Error);
+  // Shape rules of the new archs: partial rotary is phi3's, a window gemma3's, and phi3's
+  // attn_output must be square.
+  EXPECT_THROW(model::synth_plan([] { auto s = model::synth_preset("tiny-qwen3"); s.n_rot = 32; return s; }(),
+                                 model::synth_file_type("Q8_0")),
+               Error);
+  EXPECT_THROW(model::synth_plan([] { auto s = model::synth_preset("tiny-qwen3"); s.n_swa = 16; return s; }(),
+                                 model::synth_file_type("Q8_0")),
+               Error);
+  EXPECT_THROW(model::synth_plan([] { auto s = model::synth_preset("tiny-phi3"); s.head_size = 64; return s; }(),
+                                 model::synth_file_type("Q8_0")),
+               Error);
   o = tiny("Q4_0");
   o.shape.n_embd = 240;  // 30 heads? no: 240 / 8 = 30, but 240 is not a multiple of 32 for Q4_0
   try {
