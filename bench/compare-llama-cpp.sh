@@ -5,7 +5,8 @@
 #
 #   bench/compare-llama-cpp.sh [-t THREADS] [-r REPS] [-p N] [-n N] [-o DIR] [MODEL.gguf ...]
 #
-# Without models it makes the five benchmark files of the Speed issue with `npullm synth` in DIR
+# Without models it makes the five benchmark files of the Speed issue and one Q4_K_M file per newer
+# family (Qwen3-0.6B, Gemma-3-1B, Phi-4-mini shapes: 0.5, 0.8 and 2.5 GB) with `npullm synth` in DIR
 # (default /tmp/npullm-bench). llama-bench is built once into DIR from the llama.cpp source that
 # the npm package node-llama-cpp@3.21.1 ships (a git bundle; no network access beyond npm).
 # AMX is left out of that build: its AMX matmul crashes on this machine type (SIGSEGV in
@@ -39,7 +40,8 @@ fi
 
 models=("$@")
 if [ ${#models[@]} -eq 0 ]; then
-  for spec in "tinyllama-1.1b Q4_0" "tinyllama-1.1b Q8_0" "tinyllama-1.1b Q4_K_M" "qwen2.5-0.5b Q8_0" "qwen2.5-0.5b Q4_K_M"; do
+  for spec in "tinyllama-1.1b Q4_0" "tinyllama-1.1b Q8_0" "tinyllama-1.1b Q4_K_M" "qwen2.5-0.5b Q8_0" "qwen2.5-0.5b Q4_K_M" \
+              "qwen3-0.6b Q4_K_M" "gemma-3-1b Q4_K_M" "phi-4-mini Q4_K_M"; do
     set -- $spec
     f="$dir/$1-$2.gguf"
     [ -f "$f" ] || "$npullm" synth --preset "$1" --type "$2" -o "$f" >/dev/null
