@@ -10,6 +10,7 @@
 //                             filling a 1 GiB arena, used in turn, so every call reads from
 //                             memory, not from cache, as in a real model.
 // Prefill/<type>/M/K/N/<threads>  M tokens at once; FLOP/s = 2 M N K / time.
+// AttentionDecode/F16/C       one token's attention over C keys (TinyLlama's heads), one thread.
 // PoolStage/<threads>         an empty stage of the worker pool: its synchronisation cost.
 // PrefillIsa/<isa>/<type>/M/K/N/<threads>  the same on a forced path (avx512 = VNNI, amx), x
 //                             quantised up front as the device does: paths side by side in one run.
@@ -262,6 +263,26 @@ void BM_PrefillIsa(benchmark::State& st, std::string isa, GgmlType t, int64_t M,
   cpu::kernel_force_isa(before.c_str());
 }
 
+// One decode token's attention over C keys with TinyLlama's heads (32 query heads sharing 4 K/V
+// heads of 64), F16 K/V, every key visible, on one thread: what one layer's Attention task costs
+// at that context length (keys/s counts query-head x key pairs).
+void BM_AttentionDecode(benchmark::State& st, int64_t C) {
+  const int64_t H = 32, Hkv = 4, hd = 64;
+  std::vector<float> q(static_cast<size_t>(H * hd)), out(q.size()), work(static_cast<size_t>(cpu::attention_work_floats(C)));
+  std::vector<float> kf(static_cast<size_t>(C * Hkv * hd));
+  for (size_t i = 0; i < q.size(); ++i) q[i] = static_cast<float>((i * 7919) % 97) / 97.0f - 0.5f;
+  for (size_t i = 0; i < kf.size(); ++i) kf[i] = static_cast<float>((i * 104729) % 89) / 89.0f - 0.5f;
+  std::vector<uint8_t> k(ggml_row_bytes(GgmlType::F16, static_cast<int64_t>(kf.size()))), v(k.size());
+  quantize_row(GgmlType::F16, kf.data(), k.data(), static_cast<int64_t>(kf.size()));
+  quantize_row(GgmlType::F16, kf.data(), v.data(), static_cast<int64_t>(kf.size()));
+  std::vector<float> mask(static_cast<size_t>(C), 0.0f);
+  for (auto _ : st)
+    cpu::attention(q.data(), k.data(), GgmlType::F16, v.data(), GgmlType::F16, mask.data(), out.data(), H, Hkv, hd, C, 0, 0.125f, 0, H,
+                   work.data());
+  benchmark::DoNotOptimize(out.data());
+  st.counters["keys/s"] = benchmark::Counter(double(H) * double(C) * double(st.iterations()), benchmark::Counter::kIsRate);
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -272,6 +293,8 @@ int main(int argc, char** argv) {
                                     GgmlType::Q4_K, GgmlType::Q5_K, GgmlType::Q6_K};
   // TinyLlama-1.1B: ffn_up/gate (K 2048 -> N 5632), attn (2048 -> 2048), ffn_down (5632 -> 2048).
   const std::pair<int64_t, int64_t> decode_shapes[] = {{2048, 5632}, {2048, 2048}, {5632, 2048}};
+  for (int64_t C : {32, 256, 1024})
+    benchmark::RegisterBenchmark(("AttentionDecode/F16/" + std::to_string(C)).c_str(), BM_AttentionDecode, C)->Unit(benchmark::kMicrosecond);
   for (int threads : {1, 2}) {
     benchmark::RegisterBenchmark(("Read/" + std::to_string(threads)).c_str(), BM_Read, threads)->UseRealTime();
     benchmark::RegisterBenchmark(("PoolStage/" + std::to_string(threads)).c_str(), BM_PoolStage, threads)

@@ -51,13 +51,6 @@ bool write_all(int fd, const uint8_t* p, size_t n) {
   return true;
 }
 
-void sync_folder(const fs::path& folder) {
-  const int fd = ::open(folder.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
-  if (fd < 0) return;
-  ::fsync(fd);  // best effort: the entry is whole either way; this makes the rename durable
-  ::close(fd);
-}
-
 }  // namespace
 
 std::string publish_file(const std::string& path, std::span<const std::span<const uint8_t>> parts,
@@ -75,7 +68,9 @@ std::string publish_file(const std::string& path, std::span<const std::span<cons
       err = fmt::format("cannot write {}: {}", tmp, std::strerror(errno));
       break;
     }
-  if (err.empty() && ::fdatasync(fd) != 0) err = fmt::format("cannot sync {}: {}", tmp, std::strerror(errno));
+  // No fdatasync: after a crash a renamed entry may hold zeros or be short, but every entry is
+  // verified in full (its hash) before it is trusted and rebuilt when it fails, so syncing would only
+  // buy durability of a cache, at 2-3x the cold start (TinyLlama Q4_0: 4.7-6.0 s with, 1.8-2.5 s without).
   if (err.empty() && before_rename) before_rename(fd);
   ::close(fd);
   if (err.empty() && ::rename(tmp.c_str(), path.c_str()) != 0)
@@ -84,7 +79,6 @@ std::string publish_file(const std::string& path, std::span<const std::span<cons
     ::unlink(tmp.c_str());
     return err;
   }
-  sync_folder(folder);
   return "";
 }
 

@@ -5,7 +5,7 @@
 //
 // Faults the cache survives (tests/npuw/test_cache_faults.cpp proves each):
 // - Every entry is published atomically (publish_file): written to a temporary file in the same
-//   folder (<entry>.tmp.<host>.<pid>.<n>), fsync'd, renamed into place, and the folder fsync'd. A
+//   folder (<entry>.tmp.<host>.<pid>.<n>) and renamed into place (not fsync'd: see publish_file). A
 //   process killed mid-write, or a disk that fills, leaves at most a temporary file, never half an
 //   entry under a valid name; temporary files of processes that are gone are swept at the next start.
 //   Two processes compiling the same model write their own temporary files; the last rename wins,
@@ -53,9 +53,10 @@ class BlobCache {
 uint64_t hash_bytes(const void* data, size_t size);
 
 // Publishes `parts` (concatenated) as the file `path`, atomically: a fresh temporary file in the same
-// folder (the folder is created if missing), written, fdatasync'd, then renamed over `path`, then the
-// folder fsync'd. `before_rename`, when given, sees the temporary file's descriptor (open for
-// reading and writing) once its bytes are on disk, e.g. to map it. Returns "" on success, else what
+// folder (the folder is created if missing), written, then renamed over `path`. Not synced: a crash
+// may leave a renamed entry short or zeroed, which verification at load catches (then it is rebuilt).
+// `before_rename`, when given, sees the temporary file's descriptor (open for reading and writing)
+// once its bytes are written, e.g. to map it. Returns "" on success, else what
 // failed (the temporary file is removed; `path` is untouched).
 std::string publish_file(const std::string& path, std::span<const std::span<const uint8_t>> parts,
                          const std::function<void(int fd)>& before_rename = {});
