@@ -41,6 +41,9 @@ void RuntimeOptions::add_to(CLI::App* cmd) {
                   "filesystem, at most 64 GiB)");
   cmd->add_option("--kv-type", kv_type, "K/V cache element type: f16, f32 or q8_0 (q8_0 needs a head size that is a multiple of 32)")
       ->capture_default_str();
+  cmd->add_flag("--swa-full", swa_full,
+                "sliding-window layers (Gemma 3's local ones) keep full-length K/V like the global layers, instead of "
+                "a ring of window + prefill chunk rows (same logits, more memory)");
   cmd->add_flag("--no-repack", no_repack,
                 "keep every weight as the GGUF file stores it (default: int8 matmul weights are repacked into the "
                 "layout the CPU reads fastest, once, and kept beside the blob cache)");
@@ -68,6 +71,7 @@ npuw::RuntimeConfig RuntimeOptions::resolve() const {
   out.use_cache = !no_cache;
   if (!cache_max_size.empty()) out.cache_max_bytes = npuw::parse_size(cache_max_size);
   out.repack_weights = !no_repack;
+  out.swa_ring = !swa_full;
   out.kv_type = parse_kv_type(kv_type);
   if (!variants.empty()) {
     std::stringstream ss(variants);
