@@ -1,6 +1,8 @@
 // HF tokenizer.json -> Vocab. See hf_tokenizer_json.h for what is supported.
 #include "genai/hf_tokenizer_json.h"
 
+#include <algorithm>
+
 #include <cctype>
 #include <filesystem>
 #include <fstream>
@@ -185,6 +187,24 @@ void read_tokens(const json& model, const json& root, Vocab& v, const std::strin
   for (const Added& a : added) max_id = std::max(max_id, a.id);
   if (max_id < 0) fail("{}: the vocabulary is empty", label);
   if (max_id >= std::numeric_limits<int32_t>::max()) fail("{}: token id {} is too large", label, max_id);
+  // Ids run from 0 without gaps, so there cannot be more of them than ids given: checked before
+  // allocating per id (a lone id of 2^31-2 would otherwise ask for tens of GB).
+  if (static_cast<uint64_t>(max_id) >= entries.size() + added.size()) {
+    std::vector<int64_t> ids;
+    for (const auto& [id, text] : entries) {
+      if (id < 0) fail("{}: model.vocab[\"{}\"] has the negative id {}", label, text, id);
+      ids.push_back(id);
+    }
+    for (const Added& a : added) {
+      if (a.id < 0) fail("{}: added token '{}' has the negative id {}", label, a.text, a.id);
+      ids.push_back(a.id);
+    }
+    std::sort(ids.begin(), ids.end());
+    ids.erase(std::unique(ids.begin(), ids.end()), ids.end());
+    int64_t gap = 0;
+    while (gap < static_cast<int64_t>(ids.size()) && ids[static_cast<size_t>(gap)] == gap) ++gap;
+    fail("{}: no token has id {} (ids must run from 0 to {} without gaps)", label, gap, max_id);
+  }
   const size_t n = static_cast<size_t>(max_id) + 1;
   std::vector<bool> seen(n, false);
   v.tokens.assign(n, "");

@@ -82,5 +82,18 @@ TEST(FuzzRegressions, OpenAiRequestNumberBeyondDoubleIsA400) {
   EXPECT_NE(e->message.find("not valid JSON"), std::string::npos) << e->message;
 }
 
+TEST(FuzzRegressions, TokenizerJsonHugeIdIsRefusedBeforeAllocating) {
+  // One token with the id 2^31 - 2 used to allocate a vector of 2^31 token strings (12 GB).
+  const std::string json = R"({"model":{"type":"BPE","vocab":{"a":0,"b":2147483646},"merges":[]},
+    "pre_tokenizer":{"type":"ByteLevel"},"decoder":{"type":"ByteLevel"}})";
+  std::string err;
+  try {
+    (void)genai::vocab_from_hf_json(json, "", "huge.json");
+  } catch (const Error& e) {
+    err = e.what();
+  }
+  EXPECT_NE(err.find("no token has id 1 (ids must run from 0 to 2147483646 without gaps)"), std::string::npos) << err;
+}
+
 }  // namespace
 }  // namespace npullm
