@@ -38,7 +38,7 @@ void WorkerPool::work(int worker, uint32_t job) {
       // n_items_ only makes the exchange below fail and re-read.
       if (static_cast<uint32_t>(s >> 32) != job) goto out;
       item = static_cast<int64_t>(s & 0xffffffffu);
-      if (item >= n_items_.load(std::memory_order_relaxed)) goto out;
+      if (item >= n_items_.load(std::memory_order_acquire)) goto out;  // see run_raw()
     } while (!claim_.compare_exchange_weak(s, s + 1, std::memory_order_acq_rel, std::memory_order_acquire));
     // The job cannot end (nor fn_ change) before this claimed item is done.
     fn_(ctx_, item, worker);
@@ -76,10 +76,15 @@ void WorkerPool::run_raw(int64_t n_items, RawFn fn, void* ctx, bool parallel) {
     ran_[0].fetch_add(n_items, std::memory_order_relaxed);
     return;
   }
-  // Every item of the previous job is done, so no thread reads fn_ / ctx_ now.
+  // Every item of the previous job is done, so no thread reads fn_ / ctx_ now. But a worker may still
+  // be in work() for it, holding its exhausted word (job, n): close that word before n_items_ grows,
+  // or such a worker, reading the new n_items_ before the new word below, would claim item n of the
+  // old job number and run it with fn_ half-written (and twice). Release/acquire on n_items_: a worker
+  // that reads the new count then fails its exchange on this closed word.
+  claim_.store(static_cast<uint64_t>(jobs_ + 1) << 32 | 0xffffffffu, std::memory_order_relaxed);
   fn_ = fn;
   ctx_ = ctx;
-  n_items_.store(n_items, std::memory_order_relaxed);
+  n_items_.store(n_items, std::memory_order_release);
   done_.store(0, std::memory_order_relaxed);
   const uint32_t job = ++jobs_;
   claim_.store(static_cast<uint64_t>(job) << 32, std::memory_order_release);  // publishes the above
