@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
-# The test command (README and CI run exactly this): set up, build, run every test; then build the
-# GGUF, blob and tokenizer tests with AddressSanitizer + UBSan and run them too.
+# The test command (README and CI run exactly this): set up, build, run every test; then the whole
+# GoogleTest suite under AddressSanitizer + UBSan, and the concurrent parts under ThreadSanitizer.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 scripts/setup.sh
@@ -16,9 +16,40 @@ ctest --test-dir build --output-on-failure -j2 || ctest_rc=$?
 # (a CPU feature this machine lacks).
 scripts/check-skips.sh build
 [[ "$ctest_rc" -eq 0 ]] || exit "$ctest_rc"
-cmake -S . -B build-asan -G Ninja -DCMAKE_BUILD_TYPE=Debug -DNPULLM_SANITIZE=ON
+# AddressSanitizer + UBSan: the whole GoogleTest suite (Debug, so asserts stay on, at -O1 so the
+# model tests take minutes), as two shards side by side (scripts/run-sharded.sh). Any report fails
+# the step: UBSan stops the process at its first finding (-fno-sanitize-recover; exit status 86),
+# and ASan / LeakSanitizer write theirs to $san/asan.PID, from the test binary and from every npullm
+# the CLI tests run (whose failure a test may expect), so any such file fails the step too.
+cmake -S . -B build-asan -G Ninja -DCMAKE_BUILD_TYPE=Debug -DCMAKE_CXX_FLAGS_DEBUG="-g -O1" -DNPULLM_SANITIZE=ON
 cmake --build build-asan -j2 --target npullm_tests
-ASAN_OPTIONS=detect_leaks=1 UBSAN_OPTIONS=print_stacktrace=1 \
-  build-asan/tests/npullm_tests --gtest_filter='Gguf*:Blob*:Tokenizer*:*Dequant*:*Quant*:*Kernel*:PrefillLogits*:Compiler*:Driver*:ChatTemplate*:Jinja*:Sampler*:Stop*:*ContextShift*:StoriesReference.Logits*:WeightLayout*:WeightRepack*:*BatchedDecode*:SequenceSlots*:Scheduler*:OpenAiRequest*:Capi*:CacheAdmin*'
+san="$(mktemp -d)"
+asan_rc=0
+ASAN_OPTIONS="detect_leaks=1:log_path=$san/asan" UBSAN_OPTIONS="print_stacktrace=1:halt_on_error=1:exitcode=86" \
+  scripts/run-sharded.sh 2 build-asan/tests/npullm_tests || asan_rc=$?
+if compgen -G "$san/asan.*" >/dev/null; then
+  cat "$san"/asan.* >&2
+  echo "test.sh: AddressSanitizer / LeakSanitizer reported (above)" >&2
+  asan_rc=1
+fi
+rm -rf "$san"
+[[ "$asan_rc" -eq 0 ]] || exit "$asan_rc"
+# ThreadSanitizer (RelWithDebInfo): the concurrent parts, i.e. the driver and its queues, the worker
+# pool, the scheduler, batched decode and sequence slots, the request layer, the C API's streamed
+# generation, sampling on several threads, stories260K decoded on 1 and 2 threads; then the server end
+# to end with the TSan npullm (tests/server/run.sh: the bad requests, 64 concurrent streams, an
+# overloaded server answering 503s), which must exit 0 after SIGTERM. halt_on_error: the first race
+# fails the step (a server that stops answers no more requests, and its exit status is TSan's 66).
+# Suppressions only for third-party code (scripts/tsan.supp says why). Address-space randomisation is
+# off for these runs where setarch can do that (GCC 12's TSan fails on kernels with 32 random bits).
+cmake -S . -B build-tsan -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo -DNPULLM_SANITIZE=thread
+cmake --build build-tsan -j2 --target npullm_tests
+norandom=()
+if setarch "$(uname -m)" -R true 2>/dev/null; then norandom=(setarch "$(uname -m)" -R); fi
+export TSAN_OPTIONS="halt_on_error=1 second_deadlock_stack=1 suppressions=$PWD/scripts/tsan.supp"
+"${norandom[@]}" build-tsan/tests/npullm_tests \
+  --gtest_filter='Driver*:WorkerPool*:Scheduler*:*BatchedDecode*:SequenceSlots*:OpenAiRequest*:Capi*:Sampler.SequencesDoNotDependOnOtherThreads:StoriesReference.*'
+NPULLM_SANITIZER=ThreadSanitizer "${norandom[@]}" tests/server/run.sh build-tsan/npullm - "bad_requests|concurrency"  # no RSS bound
+unset TSAN_OPTIONS
 # libFuzzer smoke run: every parser harness of tests/fuzz for 15 s (clang build in build-fuzz/).
 scripts/fuzz.sh 15

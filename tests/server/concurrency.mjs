@@ -125,7 +125,11 @@ main(async () => {
   // Run against a server with a small --max-queue (run.sh's "overload" server), some clients
   // must be turned away on purpose.
   if (process.env.NPULLM_EXPECT_503 === '1') assert.ok(summary.rejected_503 > 0, 'expected some 503s from a server with a small queue');
-  if (rssBefore !== null) {
+  if (process.env.NPULLM_SANITIZER) {
+    // scripts/test.sh's ThreadSanitizer run: RSS there is mostly TSan's own shadow and history
+    // memory, which grows with every thread and address it sees; the bound is for a normal build.
+    console.warn(`RSS check skipped under ${process.env.NPULLM_SANITIZER}`);
+  } else if (rssBefore !== null) {
     assert.ok(rssAfter <= rssBefore * 1.10, `VmRSS grew from ${rssBefore} to ${rssAfter} KiB (> 10 %)`);
   } else {
     console.warn('NPULLM_SERVER_PID not set: RSS check skipped');
