@@ -26,6 +26,10 @@ namespace {
 constexpr uint32_t kMaxDims = 4;
 // Arrays of arrays are legal; the limit only stops a crafted file from recursing the stack away.
 constexpr int kMaxArrayDepth = 8;
+// Elements of all metadata arrays of a file together. Each becomes a GgufValue (~48 bytes), so a
+// header of zero-length strings could otherwise ask for 6x its own size in memory (a 4 GB file:
+// 24 GB). The largest real arrays are vocabularies (Gemma 3: 3 arrays of 262,144).
+constexpr uint64_t kMaxArrayElements = uint64_t{1} << 23;
 constexpr uint64_t kDefaultAlignment = 32;
 constexpr uint64_t kInt64Max = static_cast<uint64_t>(std::numeric_limits<int64_t>::max());
 
@@ -74,6 +78,7 @@ class Cursor {
 
   size_t pos() const { return pos_; }
   size_t remaining() const { return size_ - pos_; }
+  uint64_t array_elements = 0;  // metadata array elements read so far (kMaxArrayElements)
   const std::string& label() const { return label_; }
 
   [[noreturn]] void fail_at(size_t offset, std::string_view what, std::string_view expected) const {
@@ -155,6 +160,11 @@ GgufValue read_array(Cursor& cur, const std::string& ctx, int depth) {
   const size_t count_at = cur.pos();
   const uint64_t count = cur.u64("array count");
   cur.check_count(count_at, count, min_encoded_size(out.elem_type), "array count", " for " + ctx);
+  if (count > kMaxArrayElements - cur.array_elements)
+    cur.fail_at(count_at, fmt::format("array count {} for {} takes the file's metadata arrays past {} elements", count, ctx,
+                                      kMaxArrayElements),
+                fmt::format("at most {} array elements in all", kMaxArrayElements));
+  cur.array_elements += count;
   std::vector<GgufValue> elems;
   elems.reserve(static_cast<size_t>(count));
   for (uint64_t i = 0; i < count; ++i) elems.push_back(read_value(cur, out.elem_type, ctx, depth));

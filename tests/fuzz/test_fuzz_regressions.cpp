@@ -4,6 +4,7 @@
 // their own test below.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <filesystem>
 #include <fstream>
 #include <sstream>
@@ -41,6 +42,11 @@ void replay(const std::string& harness, const std::string& in) {
       (void)e->body().dump(-1, ' ', false, nlohmann::json::error_handler_t::replace);
   } else if (harness == "gguf") {
     (void)GgufFile::from_memory(reinterpret_cast<const uint8_t*>(in.data()), in.size(), "regression.gguf");
+  } else if (harness == "model_load") {
+    // The harness reads the input as the start of a 32 MiB zero-filled file.
+    std::string image = in;
+    image.resize(std::max<size_t>(image.size(), size_t{32} << 20), '\0');
+    (void)GgufFile::from_memory(reinterpret_cast<const uint8_t*>(image.data()), image.size(), "regression.gguf");
   } else if (harness == "tokenizer_json") {
     const size_t nul = in.find('\0');
     const std::string json = in.substr(0, nul), config = nul == std::string::npos ? "" : in.substr(nul + 1);
@@ -80,6 +86,21 @@ TEST(FuzzRegressions, OpenAiRequestNumberBeyondDoubleIsA400) {
   ASSERT_NE(e, nullptr);
   EXPECT_EQ(e->status, 400);
   EXPECT_NE(e->message.find("not valid JSON"), std::string::npos) << e->message;
+}
+
+TEST(FuzzRegressions, GgufMetadataArraysAreBoundedInAll) {
+  // 16.7M one-byte elements in a 32 MiB file asked for 800 MB of GgufValues (the fuzzer's limit is
+  // 512 MiB); the file's metadata arrays together now hold at most 2^23 elements.
+  std::string image = bytes_of(kDir / "model_load-huge-metadata-array");
+  image.resize(size_t{32} << 20, '\0');
+  std::string err;
+  try {
+    (void)GgufFile::from_memory(reinterpret_cast<const uint8_t*>(image.data()), image.size(), "huge.gguf");
+  } catch (const Error& e) {
+    err = e.what();
+  }
+  EXPECT_NE(err.find("array count 16777224 for key 'tokenize{.ggml.tllama' takes the file's metadata arrays past 8388608 elements"),
+            std::string::npos) << err;
 }
 
 TEST(FuzzRegressions, TokenizerJsonHugeIdIsRefusedBeforeAllocating) {
