@@ -21,6 +21,9 @@ enum class OpCode : uint32_t {
   // ptr: 0 x (f32 [M,K]), 1 W (type[1], N rows of K), 2 out (f32 [M,N]), 3 bias (f32 [N]) or 0,
   // 4 res (f32 [M,N]) or 0 (may alias out). dim: 0 M, 1 K, 2 N. iparam 0: W's layout (a
   // WeightLayout: 0 rows as GGUF stores them, 16 panels of 16 rows; formats/weight_layout.h).
+  // iparam 1: a Prologue applied to x as it is read, exactly as the op of that name would compute
+  // it: RmsNorm (ptr 5 its weight, f32 [K]; fparam 0 eps), SwiGlu / GeGlu (x is the gate, ptr 5
+  // the up rows, f32 [M,K]).
   MatMul = 3,
   // out = a + b elementwise.  ptr: 0 a, 1 b, 2 out. dim: 0 count.
   Add = 4,
@@ -36,6 +39,9 @@ enum class OpCode : uint32_t {
   // dst[idx[s], :] = src[s, :] for s < S where 0 <= idx[s] < C; other rows are skipped.
   // ptr: 0 src (f32 [S,R]), 1 idx (i32 [S]), 2 dst (type[2] in {F32, F16, Q8_0}, [C,R]; Q8_0 rows
   // are R/32 blocks of 34 bytes quantised as ggml's reference does). dim: 0 S, 1 R, 2 C.
+  // iparam 1 = Prologue::Rope: each source row is first rotated as Rope would rotate it (not in
+  // place): ptr 3 pos, 4 freq factors or 0; dim 3 H, 4 hd (H * hd = R), 5 n_rot; fparam 0
+  // freq_base, 1 freq_scale; iparam 0 mode.
   ScatterRows = 6,
   // Scaled dot-product attention with grouped heads and an additive mask, each query over its own
   // window of C rows of the K/V tensors, starting at row b_s = base[s] (0 without base):
@@ -63,6 +69,10 @@ enum class OpCode : uint32_t {
   // ptr: 0 gate, 1 up, 2 out (may alias gate or up). dim: 0 count.
   GeGlu = 13,
 };
+
+// What a MatMul or ScatterRows task applies to its input as it reads it (iparam 1): an op folded
+// into it by the compiler (compiler::fuse_stages), so it costs no stage of its own.
+enum class Prologue : int32_t { None = 0, RmsNorm = 1, SwiGlu = 2, GeGlu = 3, Rope = 4 };
 
 inline constexpr int kMaxOperands = 6;
 inline constexpr int kMaxDims = 6;

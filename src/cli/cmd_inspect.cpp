@@ -13,6 +13,16 @@ namespace npullm::cli {
 
 namespace {
 
+std::string prologue_name(int32_t p) {
+  switch (static_cast<blob::Prologue>(p)) {
+    case blob::Prologue::RmsNorm: return "RmsNorm";
+    case blob::Prologue::SwiGlu: return "SwiGlu";
+    case blob::Prologue::GeGlu: return "GeGlu";
+    case blob::Prologue::Rope: return "Rope";
+    default: return "prologue " + std::to_string(p);
+  }
+}
+
 const char* role_name(blob::IoRole r) {
   switch (r) {
     case blob::IoRole::Input: return "input";
@@ -57,11 +67,17 @@ int run(const std::string& path) {
   fmt::print("\ntasks ({}, {} stages):\n", img.tasks.size(), img.barriers.size());
   for (size_t i = 0; i < img.tasks.size(); ++i) {
     const blob::TaskDesc& t = img.tasks[i];
-    fmt::print("  {:>4} stage {:>3} {:<12} dims [{}]\n", i, t.stage, blob::op_name(t.op), fmt::join(t.dim, ","));
+    std::string op = blob::op_name(t.op);
+    if ((t.op == static_cast<uint32_t>(blob::OpCode::MatMul) || t.op == static_cast<uint32_t>(blob::OpCode::ScatterRows)) &&
+        t.iparam[1] != 0)
+      op = prologue_name(t.iparam[1]) + "+" + op;  // an op the compiler folded into this task
+    fmt::print("  {:>4} stage {:>3} {:<19} dims [{}]\n", i, t.stage, op, fmt::join(t.dim, ","));
   }
   fmt::print("\nbarriers: ");
   for (size_t b = 0; b < img.barriers.size(); ++b) fmt::print("{}{}", b ? " " : "", img.barriers[b].count);
   fmt::print("  (tasks each stage waits for)\n");
+  fmt::print("one run (a token of a generate blob): {} stages, {} barriers between them\n", img.barriers.size(),
+             img.barriers.empty() ? 0 : img.barriers.size() - 1);
 
   fmt::print("\nrelocations ({}):\n", img.relocs.size());
   for (const blob::Reloc& r : img.relocs) {

@@ -34,6 +34,7 @@ struct RuntimeOptions {
   std::string cache_max_size;  // --cache-max-size: "10G", ...; empty: the default bound
   bool no_repack = false;  // --no-repack: weights stay in GGUF's row layout
   bool swa_full = false;   // --swa-full: sliding-window layers keep C_max rows, not a ring
+  bool unfused = false;    // --unfused: no compiler::fuse_stages
   bool chunk_given = false;  // --prefill-chunk was on the command line
   void add_to(CLI::App* cmd);
   npuw::RuntimeConfig resolve() const;  // parses `variants` and `kv_type`, applies no_cache

@@ -44,6 +44,9 @@ void RuntimeOptions::add_to(CLI::App* cmd) {
   cmd->add_flag("--swa-full", swa_full,
                 "sliding-window layers (Gemma 3's local ones) keep full-length K/V like the global layers, instead of "
                 "a ring of window + prefill chunk rows (same logits, more memory)");
+  cmd->add_flag("--unfused", unfused,
+                "compile every op as its own stage (default: norms, gate functions and RoPE are folded into the op "
+                "that reads them, fewer barriers per token, the same logits)");
   cmd->add_flag("--no-repack", no_repack,
                 "keep every weight as the GGUF file stores it (default: int8 matmul weights are repacked into the "
                 "layout the CPU reads fastest, once, and kept beside the blob cache)");
@@ -72,6 +75,7 @@ npuw::RuntimeConfig RuntimeOptions::resolve() const {
   if (!cache_max_size.empty()) out.cache_max_bytes = npuw::parse_size(cache_max_size);
   out.repack_weights = !no_repack;
   out.swa_ring = !swa_full;
+  out.fuse_stages = !unfused;
   out.kv_type = parse_kv_type(kv_type);
   if (!variants.empty()) {
     std::stringstream ss(variants);

@@ -2,6 +2,7 @@
 //
 //   static_reshape  fix every symbolic dimension (e.g. seq = 64, ctx = 1152)
 //   lift_state      ReadValue/Assign variables become I/O (see passes.h)
+//   fuse_stages     norms, gate functions and RoPE fold into the op that reads them (passes.h)
 //   schedule        each op becomes one task; stage = 1 + the latest stage among its producers,
 //                   so tasks in one stage are independent and may run concurrently
 //   assign buffers  in-place ops share their input's buffer (see lower.cpp); graph inputs and
@@ -25,8 +26,9 @@ namespace npullm::compiler {
 
 // Part of every blob cache key: change it whenever the same graph compiles to different tasks
 // (2: SwiGlu writes over its gate in place; 3: Panels16 weights, rows padded to whole dwords;
-// 4: each Attention query's window starts at a row given by an operand, the window base).
-inline constexpr const char* kCompilerVersion = "npullm-compiler-5";
+// 4: each Attention query's window starts at a row given by an operand, the window base;
+// 5: ring windows; 6: fuse_stages).
+inline constexpr const char* kCompilerVersion = "npullm-compiler-6";
 
 struct CompileOptions {
   std::string name;                          // blob name (stored in .npu.meta)
@@ -34,6 +36,8 @@ struct CompileOptions {
   // Weights read only as MatMul weights, of these types, are stored as panels of 16 rows (formats/weight_layout.h) for a device that reads them faster so; the
   // blob's weight records and MatMul tasks say so, and the weights bank provides them packed.
   std::vector<GgmlType> panels16_types;
+  // Run fuse_stages (fewer stages per layer, the same results); off for tests that compare.
+  bool fuse_stages = true;
 };
 
 blob::BlobImage compile(const ir::Graph& g, const CompileOptions& opt);

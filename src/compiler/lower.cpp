@@ -274,6 +274,7 @@ class Lowering {
           bind_operand(task, t, 2, id); bind_operand(task, t, 3, in(2)); bind_operand(task, t, 4, in(3));
           task.dim[0] = S; task.dim[1] = shape_of(0).at(1).value; task.dim[2] = n.shape.at(1).value;
           if (g_.node(in(1)).op == Op::Weight) task.iparam[0] = static_cast<int32_t>(weight_layout(in(1)));
+          if (n.has_prologue()) emit_matmul_prologue(n, task, t);
           break;
         case Op::Add:
         case Op::SwiGlu:
@@ -307,6 +308,7 @@ class Lowering {
                  ggml_type_name(static_cast<GgmlType>(n.type)), g_.node(in(0)).name,
                  ggml_type_name(static_cast<GgmlType>(g_.node(in(0)).type)));
           check_whole_blocks(n, n.type, task.dim[1], "target");
+          if (n.has_prologue()) emit_scatter_rope(n, task, t);
           break;
         }
         case Op::Attention: {
@@ -354,6 +356,38 @@ class Lowering {
     for (uint32_t c : per_stage) img_.barriers.push_back(blob::BarrierDesc{c, 0});
   }
 
+  // A MatMul's folded RmsNorm (slot 5: the weight) or gate function (slot 5: the up rows).
+  void emit_matmul_prologue(const ir::Node& n, blob::TaskDesc& task, size_t t) {
+    const int64_t M = task.dim[0], K = task.dim[1];
+    const int aux = n.inputs.at(4);
+    const int64_t aux_elems = ir::num_elements(g_.node(aux).shape);
+    if (n.prologue == Op::RmsNorm) {
+      if (aux_elems != K) fail("compiler: MatMul '{}': a norm weight of {} for rows of {}", n.name, aux_elems, K);
+      task.iparam[1] = static_cast<int32_t>(blob::Prologue::RmsNorm);
+      task.fparam[0] = n.eps;
+    } else if (n.prologue == Op::SwiGlu || n.prologue == Op::GeGlu) {
+      if (aux_elems != M * K) fail("compiler: MatMul '{}': up rows of {} elements for a gate of [{},{}]", n.name, aux_elems, M, K);
+      task.iparam[1] = static_cast<int32_t>(n.prologue == Op::SwiGlu ? blob::Prologue::SwiGlu : blob::Prologue::GeGlu);
+    } else {
+      fail("compiler: MatMul '{}' cannot apply a {} to its input", n.name, ir::op_name(n.prologue));
+    }
+    bind_operand(task, t, 5, aux);
+  }
+
+  // A ScatterRows that rotates its source rows first (a folded Rope).
+  void emit_scatter_rope(const ir::Node& n, blob::TaskDesc& task, size_t t) {
+    const int64_t S = task.dim[0], R = task.dim[1];
+    if (n.prologue != Op::Rope || n.heads <= 0 || R % n.heads != 0 || n.n_rot > R / n.heads)
+      fail("compiler: ScatterRows '{}' cannot apply a {} of {} heads to rows of {}", n.name, ir::op_name(n.prologue), n.heads, R);
+    if (ir::num_elements(g_.node(n.inputs.at(3)).shape) != S)
+      fail("compiler: ScatterRows '{}': positions for {} rows expected", n.name, S);
+    bind_operand(task, t, 3, n.inputs.at(3));
+    bind_operand(task, t, 4, n.inputs.size() > 4 ? n.inputs[4] : ir::kNoInput);
+    task.dim[3] = n.heads; task.dim[4] = R / n.heads; task.dim[5] = n.n_rot;
+    task.fparam[0] = n.freq_base; task.fparam[1] = n.freq_scale;
+    task.iparam[0] = n.rope_mode; task.iparam[1] = static_cast<int32_t>(blob::Prologue::Rope);
+  }
+
   const ir::Graph& g_;
   AliasSets sets_;
   std::vector<int> stage_;
@@ -390,6 +424,7 @@ class Lowering {
 blob::BlobImage compile(const ir::Graph& g, const CompileOptions& opt) {
   ir::Graph staticg = static_reshape(g, opt.symbols);
   ir::Graph lifted = lift_state(staticg);
+  if (opt.fuse_stages) lifted = fuse_stages(lifted);
   return Lowering(lifted).run(opt);
 }
 

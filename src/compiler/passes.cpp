@@ -71,4 +71,77 @@ ir::Graph lift_state(const ir::Graph& g) {
   return out;
 }
 
+namespace {
+
+// Whether `id` is read at all, and only as input `slot` of ops `op`.
+bool read_only_as(const ir::Graph& g, int id, ir::Op op, size_t slot) {
+  const std::vector<int> users = g.consumers(id);
+  for (int c : users) {
+    const ir::Node& u = g.node(c);
+    for (size_t k = 0; k < u.inputs.size(); ++k)
+      if (u.inputs[k] == id && (u.op != op || k != slot)) return false;
+  }
+  return !users.empty();
+}
+
+void set_input(ir::Node& n, size_t k, int id) {
+  if (n.inputs.size() <= k) n.inputs.resize(k + 1, ir::kNoInput);
+  n.inputs[k] = id;
+}
+
+}  // namespace
+
+ir::Graph fuse_stages(const ir::Graph& g) {
+  ir::Graph work = g;
+  std::vector<bool> folded(static_cast<size_t>(g.size()), false);
+  for (int i = 0; i < work.size(); ++i) {
+    ir::Node& n = work.node(i);
+    if (n.has_prologue() || n.inputs.empty()) continue;
+    if (n.op == ir::Op::MatMul) {
+      const int x = n.inputs[0];
+      const ir::Node& src = work.node(x);
+      const bool norm = src.op == ir::Op::RmsNorm && src.heads == 0;
+      const bool glu = src.op == ir::Op::SwiGlu || src.op == ir::Op::GeGlu;
+      if ((!norm && !glu) || src.type != n.type || !read_only_as(work, x, ir::Op::MatMul, 0)) continue;
+      n.prologue = src.op;
+      n.eps = src.eps;
+      const int first = src.inputs.at(0), second = src.inputs.at(1);
+      n.inputs[0] = first;
+      set_input(n, 4, second);  // the norm weight, or the up rows
+      folded[static_cast<size_t>(x)] = work.consumers(x).empty();
+    } else if (n.op == ir::Op::ScatterRows && n.inputs.size() == 3) {
+      const int r = n.inputs[2];
+      const ir::Node& rope = work.node(r);
+      if (rope.op != ir::Op::Rope || rope.type != 0 || !read_only_as(work, r, ir::Op::ScatterRows, 2)) continue;
+      n.prologue = ir::Op::Rope;
+      n.heads = rope.heads;
+      n.n_rot = rope.n_rot;
+      n.freq_base = rope.freq_base;
+      n.freq_scale = rope.freq_scale;
+      n.rope_mode = rope.rope_mode;
+      const int rows = rope.inputs.at(0), positions = rope.inputs.at(1);
+      const int factors = rope.inputs.size() > 2 ? rope.inputs[2] : ir::kNoInput;
+      n.inputs[2] = rows;
+      set_input(n, 3, positions);
+      set_input(n, 4, factors);
+      folded[static_cast<size_t>(r)] = true;
+    }
+  }
+  // Copy what is left, renumbering the inputs.
+  ir::Graph out;
+  out.variables = work.variables;
+  std::vector<int> remap(static_cast<size_t>(work.size()), ir::kNoInput);
+  for (int i = 0; i < work.size(); ++i) {
+    if (folded[static_cast<size_t>(i)]) continue;
+    ir::Node n = work.node(i);
+    for (int& in : n.inputs)
+      if (in != ir::kNoInput) {
+        in = remap[static_cast<size_t>(in)];
+        if (in == ir::kNoInput) fail("compiler: fuse_stages: '{}' reads a folded node", n.name);
+      }
+    remap[static_cast<size_t>(i)] = out.add(std::move(n));
+  }
+  return out;
+}
+
 }  // namespace npullm::compiler

@@ -20,4 +20,16 @@ ir::Graph static_reshape(const ir::Graph& g, const std::map<std::string, int64_t
 // A ReadValue without Assign, or two Assigns to one variable, is an npullm::Error.
 ir::Graph lift_state(const ir::Graph& g);
 
+// Folds ops that only prepare another op's input into that op, so they cost no stage of their own
+// (each stage ends at a barrier every thread waits at):
+//  - an RmsNorm (whole rows) read only as the activations of MatMuls: each MatMul normalises its
+//    input itself (prologue RmsNorm, the norm weight as input 4);
+//  - a SwiGlu / GeGlu read only as MatMul activations: the MatMul reads gate (input 0) and up
+//    (input 4) and applies the gate function as it reads them;
+//  - an F32 Rope read only as the source rows of a ScatterRows: the scatter rotates each row before
+//    storing it (positions input 3, frequency factors input 4).
+// The folded nodes disappear. A device computes a prologue with the same kernel and the same
+// operation order as the op it replaces, so fused and unfused graphs give the same bits.
+ir::Graph fuse_stages(const ir::Graph& g);
+
 }  // namespace npullm::compiler

@@ -81,6 +81,7 @@ std::string Graph::to_string() const {
       out += ")";
     }
     if (!n.variable.empty()) out += " var=" + n.variable;
+    if (n.has_prologue()) out += fmt::format(" prologue={}", op_name(n.prologue));
     out += "\n";
   }
   return out;

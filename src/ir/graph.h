@@ -69,6 +69,12 @@ struct Node {
   // RmsNorm: > 0 normalises each of the `heads` equal parts of a row on its own (per-head norms),
   // with one weight of the part's length shared by all of them.
   int rope_mode = 0;
+  // An op that compiler::fuse_stages folded into this one and that is applied to input 0 as it is
+  // read (Parameter: none). MatMul: RmsNorm (eps; the norm weight is input 4), SwiGlu or GeGlu
+  // (input 0 is the gate, input 4 the up rows). ScatterRows: Rope of each source row before it is
+  // stored (positions input 3, frequency factors input 4; heads, n_rot, freq_*, rope_mode).
+  Op prologue = Op::Parameter;
+  bool has_prologue() const { return prologue != Op::Parameter; }
 };
 
 struct Variable {

@@ -45,7 +45,8 @@ std::string BlobSpec::cache_config() const {
   for (GgmlType t : panels16_types) panels += (panels.empty() ? " panels16=" : ",") + std::string(ggml_type_name(t));
   return std::string(compiler::kCompilerVersion) + " " + name + " seq=" + std::to_string(seq) + " ctx=" + std::to_string(capacity) +
          " rows=" + std::to_string(rows) + (ring ? " ring=" + std::to_string(ring) + "x" + std::to_string(ring_rows / ring) : "") +
-         (last_row_logits ? " logits=last" : "") + " kv=" + std::string(ggml_type_name(kv_type)) + panels;
+         (last_row_logits ? " logits=last" : "") + " kv=" + std::string(ggml_type_name(kv_type)) + panels +
+         (fuse_stages ? "" : " unfused");
 }
 
 std::vector<BlobSpec> blob_specs(const RuntimeConfig& cfg) {
@@ -67,7 +68,10 @@ std::vector<BlobSpec> blob_specs(const RuntimeConfig& cfg) {
       out.push_back({BlobSpec::Forward, name, b, c, rows, ring, ring_rows, false, kv});
     }
   out.push_back({BlobSpec::Rerotate, "rerotate", rows, rows, rows, ring, ring_rows, false, kv});
-  for (BlobSpec& s : out) s.panels16_types = cfg.panels16_types;
+  for (BlobSpec& s : out) {
+    s.panels16_types = cfg.panels16_types;
+    s.fuse_stages = cfg.fuse_stages;
+  }
   return out;
 }
 
@@ -115,6 +119,7 @@ struct Graphs {
 
 std::vector<uint8_t> compile_spec(Graphs& graphs, const BlobSpec& spec) {
   compiler::CompileOptions opt{spec.name, {{"seq", spec.seq}, {"ctx", spec.capacity}, {"rows", spec.rows}}, spec.panels16_types};
+  opt.fuse_stages = spec.fuse_stages;
   if (spec.last_row_logits) opt.symbols["out"] = 1;
   if (spec.ring > 0) {
     opt.symbols["ring"] = spec.ring;

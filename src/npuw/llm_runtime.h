@@ -67,6 +67,9 @@ struct RuntimeConfig {
   // of C_max rows. Off: they keep C_max rows like the global layers (the same logits, bit for bit).
   bool swa_ring = true;
   int64_t ring_rows = 0;  // resolved at start: rows of a slot's ring (0: no rings)
+  // Compile with fused stages (compiler::fuse_stages: norms, gate functions and RoPE folded into
+  // the op that reads them): fewer barriers per token, the same logits bit for bit.
+  bool fuse_stages = true;
 };
 
 // Rows of one slot's ring for a window of n_swa positions and prefill chunks of up to P tokens:
@@ -119,6 +122,7 @@ struct BlobSpec {
   bool last_row_logits = false;      // Forward: logits of one chosen row (input logit_rows), not of all seq
   GgmlType kv_type = GgmlType::F16;
   std::vector<GgmlType> panels16_types;  // MatMul weight types stored as Panels16
+  bool fuse_stages = true;
   std::string cache_config() const;  // what the blob cache keys on besides the model
 };
 std::vector<BlobSpec> blob_specs(const RuntimeConfig& cfg);  // cfg.variants and batch_sizes must be resolved

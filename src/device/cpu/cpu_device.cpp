@@ -18,6 +18,44 @@ using blob::TaskDesc;
 template <typename T>
 T* p(const TaskDesc& t, int slot) { return reinterpret_cast<T*>(t.ptr[slot]); }
 GgmlType ty(const TaskDesc& t, int slot) { return static_cast<GgmlType>(t.type[slot]); }
+blob::Prologue prologue_of(const TaskDesc& t) { return static_cast<blob::Prologue>(t.iparam[1]); }
+bool has_prologue(const TaskDesc& t) {
+  return (t.op == static_cast<uint32_t>(OpCode::MatMul) || t.op == static_cast<uint32_t>(OpCode::ScatterRows)) &&
+         prologue_of(t) != blob::Prologue::None;
+}
+
+// A MatMul's activations with its prologue applied, rows [m0, m1) of x' into out (rows of K, the
+// same indexing as x): the kernel and order of the op the compiler folded in, so the same bits.
+void matmul_prologue(const TaskDesc& t, float* out, int64_t m0, int64_t m1) {
+  const int64_t K = t.dim[1];
+  const float* x = p<const float>(t, 0);
+  const float* aux = p<const float>(t, 5);
+  switch (prologue_of(t)) {
+    case blob::Prologue::RmsNorm: rmsnorm_rows(x, aux, out, K, t.fparam[0], m0, m1); break;
+    case blob::Prologue::SwiGlu: swiglu(x, aux, out, m0 * K, m1 * K); break;
+    case blob::Prologue::GeGlu: geglu(x, aux, out, m0 * K, m1 * K); break;
+    default: fail("cpu device: MatMul with unknown prologue {}", t.iparam[1]);
+  }
+}
+
+// MatMuls of up to this many rows (decode) apply their prologue per thread, each thread once per
+// stage into its own buffer, so the stage needs no extra synchronisation; larger ones (prefill)
+// have it applied once for the stage by all threads, before the matmuls.
+constexpr int64_t kThreadPrologueRows = 4;
+
+// A ScatterRows that rotates each source row before storing it (Prologue::Rope): row by row
+// through `tmp` (R floats), rotated by the Rope kernel exactly as an in-place Rope would.
+void scatter_rotated_rows(const TaskDesc& t, int64_t b, int64_t e, float* tmp) {
+  const int64_t R = t.dim[1], C = t.dim[2], H = t.dim[3], hd = t.dim[4];
+  const int32_t* idx = p<const int32_t>(t, 1);
+  const int32_t* pos = p<const int32_t>(t, 3);
+  for (int64_t s = b; s < e; ++s) {
+    if (idx[s] < 0 || idx[s] >= C) continue;
+    std::copy_n(p<const float>(t, 0) + s * R, R, tmp);
+    rope(tmp, pos + s, H, hd, t.dim[5], t.fparam[0], t.fparam[1], p<const float>(t, 4), t.iparam[0], 0, H);
+    scatter_rows(tmp, idx + s, p<void>(t, 2), ty(t, 2), R, C, 0, 1);
+  }
+}
 
 // Length of a task's parallel dimension and the smallest chunk worth handing to a thread.
 struct Split { int64_t length; int64_t grain; };
@@ -101,7 +139,8 @@ void attention_windows(const TaskDesc& t, int64_t b, int64_t e, float* work) {
   }
 }
 
-void run_chunk(const TaskDesc& t, int64_t b, int64_t e, float* work, const void* xq) {
+// x: a MatMul's activations (its input, or its input with the prologue applied).
+void run_chunk(const TaskDesc& t, int64_t b, int64_t e, float* work, const float* x, const void* xq) {
   switch (static_cast<OpCode>(t.op)) {
     case OpCode::Embed:
       embed_rows(ty(t, 0), p<const void>(t, 0), t.dim[2], t.dim[1], p<const int32_t>(t, 1), p<float>(t, 2), b, e);
@@ -110,7 +149,7 @@ void run_chunk(const TaskDesc& t, int64_t b, int64_t e, float* work, const void*
       rmsnorm_rows(p<const float>(t, 0), p<const float>(t, 1), p<float>(t, 2), t.dim[1], t.fparam[0], b, e);
       break;
     case OpCode::MatMul:
-      matmul(p<const float>(t, 0), t.dim[0], t.dim[1], p<const void>(t, 1), ty(t, 1), p<const float>(t, 3),
+      matmul(x, t.dim[0], t.dim[1], p<const void>(t, 1), ty(t, 1), p<const float>(t, 3),
              p<const float>(t, 4), p<float>(t, 2), t.dim[2], b, e, work, xq, static_cast<WeightLayout>(t.iparam[0]));
       break;
     case OpCode::Add: add(p<const float>(t, 0), p<const float>(t, 1), p<float>(t, 2), b, e); break;
@@ -120,7 +159,8 @@ void run_chunk(const TaskDesc& t, int64_t b, int64_t e, float* work, const void*
            t.iparam[0], b, e);
       break;
     case OpCode::ScatterRows:
-      scatter_rows(p<const float>(t, 0), p<const int32_t>(t, 1), p<void>(t, 2), ty(t, 2), t.dim[1], t.dim[2], b, e);
+      if (prologue_of(t) == blob::Prologue::Rope) scatter_rotated_rows(t, b, e, work);
+      else scatter_rows(p<const float>(t, 0), p<const int32_t>(t, 1), p<void>(t, 2), ty(t, 2), t.dim[1], t.dim[2], b, e);
       break;
     case OpCode::Attention:
       attention_windows(t, b, e, work);
@@ -137,7 +177,8 @@ void run_chunk(const TaskDesc& t, int64_t b, int64_t e, float* work, const void*
 
 class CpuDevice final : public device::Device {
  public:
-  explicit CpuDevice(int threads) : pool_(threads), work_(static_cast<size_t>(pool_.threads())) {}
+  explicit CpuDevice(int threads)
+      : pool_(threads), work_(static_cast<size_t>(pool_.threads())), own_x_(static_cast<size_t>(pool_.threads())) {}
 
   std::string name() const override { return std::string("cpu (") + kernel_isa() + ")"; }
   // The int8 types, where the vector path reads 16 rows at once (AVX-512, AMX): one load per
@@ -168,6 +209,8 @@ class CpuDevice final : public device::Device {
         if (t.dim[4] < 0 || t.dim[5] < t.dim[4])
           fail("cpu device: task {} (Attention) attends {} rows of K/V tensors of {}", i, t.dim[4], t.dim[5]);
       }
+      if (has_prologue(t)) check_prologue(t, i);
+      if (t.op == static_cast<uint32_t>(OpCode::ScatterRows) && has_prologue(t)) need = std::max(need, t.dim[1]);
       if (split_of(t).length <= 0 && t.op != static_cast<uint32_t>(OpCode::Embed))
         fail("cpu device: task {} ({}) has an empty range", i, blob::op_name(t.op));
     }
@@ -186,6 +229,74 @@ class CpuDevice final : public device::Device {
   }
 
  private:
+  void check_prologue(const TaskDesc& t, size_t i) const {
+    const blob::Prologue pro = prologue_of(t);
+    const bool matmul = t.op == static_cast<uint32_t>(OpCode::MatMul);
+    const bool ok = matmul ? pro == blob::Prologue::RmsNorm || pro == blob::Prologue::SwiGlu || pro == blob::Prologue::GeGlu
+                           : pro == blob::Prologue::Rope && t.dim[3] > 0 && t.dim[3] * t.dim[4] == t.dim[1];
+    if (!ok)
+      fail("cpu device: task {} ({}) has a prologue ({}) it cannot apply", i, blob::op_name(t.op), t.iparam[1]);
+  }
+
+  // x_[i]: the activations MatMul task i reads (its input, or the stage's copy with its prologue
+  // applied for a MatMul of many rows), or null where each thread applies the prologue itself.
+  // MatMuls of a stage whose prologue reads the same input the same way (q, k and v after one
+  // norm) share one copy.
+  void apply_prologues(const TaskDesc* tasks, size_t n) {
+    x_.assign(n, nullptr);
+    struct Pro { const TaskDesc* t; size_t off; };
+    std::vector<Pro> todo;
+    std::vector<std::pair<size_t, size_t>> users;  // (task, its entry of todo)
+    size_t bytes = 0;
+    for (size_t i = 0; i < n; ++i) {
+      const TaskDesc& t = tasks[i];
+      if (t.op != static_cast<uint32_t>(OpCode::MatMul)) continue;
+      if (!has_prologue(t)) {
+        x_[i] = p<const float>(t, 0);
+        continue;
+      }
+      if (t.dim[0] <= kThreadPrologueRows) continue;
+      const size_t j = static_cast<size_t>(
+          std::find_if(todo.begin(), todo.end(), [&](const Pro& o) { return same_prologue(*o.t, t); }) - todo.begin());
+      if (j == todo.size()) {
+        todo.push_back({&t, bytes});
+        bytes += static_cast<size_t>(t.dim[0] * t.dim[1] * 4 + 63) / 64 * 64;
+      }
+      users.emplace_back(i, j);
+    }
+    if (todo.empty()) return;
+    if (stage_x_.size() < bytes) stage_x_ = AlignedBytes(bytes);
+    constexpr int64_t kRows = 16;  // rows per item
+    std::vector<int64_t> first(todo.size() + 1, 0);
+    for (size_t j = 0; j < todo.size(); ++j) first[j + 1] = first[j] + (todo[j].t->dim[0] + kRows - 1) / kRows;
+    pool_.run(first.back(), [&](int64_t item, int) {
+      const size_t j = static_cast<size_t>(std::upper_bound(first.begin(), first.end(), item) - first.begin() - 1);
+      const int64_t m0 = (item - first[j]) * kRows;
+      float* out = reinterpret_cast<float*>(stage_x_.data() + todo[j].off);
+      matmul_prologue(*todo[j].t, out, m0, std::min(todo[j].t->dim[0], m0 + kRows));
+    });
+    for (const auto& [i, j] : users) x_[i] = reinterpret_cast<const float*>(stage_x_.data() + todo[j].off);
+  }
+
+  static bool same_prologue(const TaskDesc& a, const TaskDesc& b) {
+    return a.iparam[1] == b.iparam[1] && a.ptr[0] == b.ptr[0] && a.ptr[5] == b.ptr[5] && a.dim[0] == b.dim[0] &&
+           a.dim[1] == b.dim[1] && (prologue_of(a) != blob::Prologue::RmsNorm || a.fparam[0] == b.fparam[0]);
+  }
+
+  // A small MatMul's activations with its prologue applied, computed by this thread the first time
+  // it runs a chunk of such a task in this stage (a few thousand elements: cheaper than a barrier).
+  const float* own_prologue(const TaskDesc& t, size_t worker) {
+    OwnX& own = own_x_[worker];
+    if (own.epoch != epoch_ || !own.t || !same_prologue(*own.t, t)) {
+      const size_t bytes = static_cast<size_t>(t.dim[0] * t.dim[1]) * 4;
+      if (own.buf.size() < bytes) own.buf = AlignedBytes(bytes);
+      matmul_prologue(t, reinterpret_cast<float*>(own.buf.data()), 0, t.dim[0]);
+      own.t = &t;
+      own.epoch = epoch_;
+    }
+    return reinterpret_cast<const float*>(own.buf.data());
+  }
+
   // Prefill matmuls with int8 activations: x is quantised once per stage, all threads helping,
   // instead of once per output chunk; matmuls of the stage that read the same x for the same
   // weight type (q/k/v, gate/up) share it. Fills xq_[i] for each task of the stage (null = none).
@@ -195,14 +306,15 @@ class CpuDevice final : public device::Device {
     size_t bytes = 0;
     for (size_t i = 0; i < n; ++i) {
       const TaskDesc& t = tasks[i];
-      if (t.op != static_cast<uint32_t>(OpCode::MatMul)) continue;
+      // (a MatMul applying its prologue per thread is small enough to quantise x per chunk)
+      if (t.op != static_cast<uint32_t>(OpCode::MatMul) || !x_[i]) continue;
       const int64_t need = prequantized_x_bytes(ty(t, 1), t.dim[0], t.dim[1]);
       if (need == 0) continue;
       auto same = std::find_if(pre_.begin(), pre_.end(), [&](const PreQ& q) {
-        return q.x == p<const float>(t, 0) && q.wt == ty(t, 1) && q.M == t.dim[0] && q.K == t.dim[1];
+        return q.x == x_[i] && q.wt == ty(t, 1) && q.M == t.dim[0] && q.K == t.dim[1];
       });
       if (same == pre_.end()) {
-        pre_.emplace_back(p<const float>(t, 0), ty(t, 1), t.dim[0], t.dim[1], bytes, i);
+        pre_.emplace_back(x_[i], ty(t, 1), t.dim[0], t.dim[1], bytes, i);
         bytes += static_cast<size_t>(need + 63) / 64 * 64;
       } else {
         same->tasks.push_back(i);
@@ -225,6 +337,8 @@ class CpuDevice final : public device::Device {
 
   // Cuts each task of the stage into chunks, numbers all chunks 0..n-1, and lets the pool take them.
   void run_stage(const TaskDesc* tasks, size_t n) {
+    ++epoch_;
+    apply_prologues(tasks, n);
     prequantize(tasks, n);
     const int64_t threads = pool_.threads();
     chunk_start_.assign(n + 1, 0);
@@ -245,7 +359,11 @@ class CpuDevice final : public device::Device {
       const int64_t per = (s.length + chunk_count_[i] - 1) / chunk_count_[i];
       const int64_t step = (per + s.grain - 1) / s.grain * s.grain;
       const int64_t b = std::min(s.length, c * step), e = std::min(s.length, b + step);
-      if (b < e) run_chunk(tasks[i], b, e, work_[static_cast<size_t>(worker)].data(), xq_[i]);
+      if (b >= e) return;
+      const float* x = x_[i];
+      if (!x && has_prologue(tasks[i]) && tasks[i].op == static_cast<uint32_t>(OpCode::MatMul))
+        x = own_prologue(tasks[i], static_cast<size_t>(worker));
+      run_chunk(tasks[i], b, e, work_[static_cast<size_t>(worker)].data(), x, xq_[i]);
     }, work >= kParallelWork);
     counters_.stages++;
     counters_.parallel_stages += work >= kParallelWork && pool_.threads() > 1;
@@ -262,9 +380,20 @@ class CpuDevice final : public device::Device {
         : x(x_), wt(wt_), M(M_), K(K_), off(off_), tasks{task} {}
   };
 
+  // One thread's copy of a small MatMul's activations with its prologue applied (own_prologue).
+  struct OwnX {
+    const TaskDesc* t = nullptr;
+    uint64_t epoch = 0;
+    AlignedBytes buf;
+  };
+
   WorkerPool pool_;
   Counters counters_;
+  std::vector<const float*> x_;
+  AlignedBytes stage_x_;
   std::vector<std::vector<float>> work_;
+  std::vector<OwnX> own_x_;
+  uint64_t epoch_ = 0;  // stages run so far: an OwnX of an earlier stage is stale
   std::vector<PreQ> pre_;
   std::vector<const void*> xq_;
   AlignedBytes xq_buf_;

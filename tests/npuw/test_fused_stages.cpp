@@ -1,0 +1,131 @@
+// compiler::fuse_stages (npuw RuntimeConfig::fuse_stages, the default): norms folded into the
+// matmuls that read them, SwiGLU / GeGLU into the down projection's input, RoPE into the K/V
+// scatter. Every golden model gives the same logits, bit for bit, fused as unfused: chunked
+// prefill (16-row matmuls: the stage applies the prologue once), single decode steps and batched
+// decode of two slots (1- and 2-row matmuls: each thread applies it), with F16, F32 and Q8_0 K/V;
+// and a decode step of a llama-style model runs 6 stages per layer instead of 10.
+#include <gtest/gtest.h>
+
+#include <cstring>
+#include <nlohmann/json.hpp>
+
+#include "formats/ggml_types.h"
+#include "genai/sampler.h"
+#include "npuw/llm_runtime.h"
+#include "test_util.h"
+
+namespace npullm {
+namespace {
+
+struct Golden {
+  const char* gguf;
+  const char* json;
+};
+constexpr Golden kModels[] = {
+    {"golden/llama-spm.Q8_0.gguf", "golden/llama-spm.Q8_0.json"},
+    {"golden/llama-spm.Q4_K_M.gguf", "golden/llama-spm.Q4_K_M.json"},
+    {"golden/qwen2-gpt2.Q4_0.gguf", "golden/qwen2-gpt2.Q4_0.json"},
+    {"golden/qwen2-gpt2.Q5_K_M.gguf", "golden/qwen2-gpt2.Q5_K_M.json"},
+    {"golden/arch/qwen3-gpt2.Q4_K_M.gguf", "golden/arch/qwen3-gpt2.Q4_K_M.json"},
+    {"golden/arch/gemma3-spm.Q4_K_M.gguf", "golden/arch/gemma3-spm.Q4_K_M.json"},
+    {"golden/arch/phi3-spm.Q4_K_M.gguf", "golden/arch/phi3-spm.Q4_K_M.json"},
+};
+
+npuw::RuntimeConfig config(GgmlType kv, bool fuse) {
+  npuw::RuntimeConfig cfg;
+  cfg.prefill_chunk = 16;
+  cfg.variants = {128};
+  cfg.parallel = 2;
+  cfg.all_logits = true;
+  cfg.use_cache = false;
+  cfg.threads = 2;
+  cfg.kv_type = kv;
+  cfg.fuse_stages = fuse;
+  return cfg;
+}
+
+bool same_bits(std::span<const float> a, std::span<const float> b) {
+  return a.size() == b.size() && std::memcmp(a.data(), b.data(), a.size() * sizeof(float)) == 0;
+}
+
+std::vector<int32_t> golden_tokens(const Golden& m) {
+  return nlohmann::json::parse(test::read_file(test::shared_path(m.json)))["tokens"].get<std::vector<int32_t>>();
+}
+
+TEST(FusedStages, EveryGoldenModelGivesTheBitsOfTheUnfusedGraph) {
+  for (const Golden& m : kModels) {
+    NPULLM_REQUIRE_SHARED(m.gguf);
+    NPULLM_REQUIRE_SHARED(m.json);
+  }
+  for (const Golden& m : kModels)
+    for (GgmlType kv : {GgmlType::F16, GgmlType::F32, GgmlType::Q8_0}) {
+      SCOPED_TRACE(std::string(m.gguf) + ", " + std::string(ggml_type_name(kv)) + " K/V");
+      const std::vector<int32_t> tokens = golden_tokens(m);
+      ASSERT_GE(tokens.size(), 40u);
+      npuw::LlmRuntime fused(test::shared_path(m.gguf), config(kv, true));
+      npuw::LlmRuntime plain(test::shared_path(m.gguf), config(kv, false));
+      // Slot 0: 37 tokens in chunks of 16, 16 and 5 (padded to 16).
+      std::vector<float> a, b;
+      const std::span<const int32_t> prompt(tokens.data(), 37);
+      fused.prefill(prompt, &a);
+      plain.prefill(prompt, &b);
+      ASSERT_TRUE(same_bits(a, b)) << "prefill";
+      // Slot 1: a different prompt, then both slots decode together and slot 0 alone.
+      const std::span<const int32_t> other(tokens.data() + 3, 9);
+      a.clear();
+      b.clear();
+      fused.prefill_slot(1, other, &a);
+      plain.prefill_slot(1, other, &b);
+      ASSERT_TRUE(same_bits(a, b)) << "prefill of slot 1";
+      int32_t id0 = tokens[37], id1 = tokens[12];
+      for (int step = 0; step < 4; ++step) {
+        const std::vector<npuw::SlotToken> batch{{0, id0}, {1, id1}};
+        std::vector<float> la;
+        {
+          const std::span<const float> l = fused.decode_batch(batch);
+          la.assign(l.begin(), l.end());
+        }
+        const std::span<const float> lb = plain.decode_batch(batch);
+        ASSERT_TRUE(same_bits(la, lb)) << "batched decode step " << step;
+        const size_t V = lb.size() / 2;
+        id0 = genai::argmax(lb.subspan(0, V));
+        id1 = genai::argmax(lb.subspan(V, V));
+      }
+      for (int step = 0; step < 4; ++step) {
+        std::vector<float> la;
+        {
+          const std::span<const float> l = fused.decode(id0);
+          la.assign(l.begin(), l.end());
+        }
+        const std::span<const float> lb = plain.decode(id0);
+        ASSERT_TRUE(same_bits(la, lb)) << "decode step " << step;
+        id0 = genai::argmax(lb);
+      }
+    }
+}
+
+TEST(FusedStages, ALlamaLayerDecodesInSixStages) {
+  const Golden& m = kModels[0];
+  NPULLM_REQUIRE_SHARED(m.gguf);
+  NPULLM_REQUIRE_SHARED(m.json);
+  const std::vector<int32_t> tokens = golden_tokens(m);
+  int64_t stages[2] = {0, 0};
+  int64_t layers = 0;
+  for (bool fuse : {false, true}) {
+    npuw::LlmRuntime rt(test::shared_path(m.gguf), config(GgmlType::F16, fuse));
+    layers = rt.hparams().n_layer;
+    rt.prefill(std::span<const int32_t>(tokens.data(), 8));
+    const int64_t before = rt.device_counters().stages;
+    (void)rt.decode(tokens[8]);
+    stages[fuse] = rt.device_counters().stages - before;
+  }
+  // Unfused: norm, q/k/v, rope, scatter, attention, output + residual, norm, gate/up, SwiGLU, down
+  // + residual per layer, then the output norm and the logits (embedding in the first stage).
+  EXPECT_EQ(stages[0], 10 * layers + 3);
+  // Fused: q/k/v (normalising), rope q + scatter k (rotating) and v, attention, output, gate/up
+  // (normalising), down (gating); then the logits (normalising).
+  EXPECT_EQ(stages[1], 6 * layers + 2);
+}
+
+}  // namespace
+}  // namespace npullm
