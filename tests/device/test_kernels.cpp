@@ -850,6 +850,31 @@ TEST_P(KernelIsa, AttentionOverARingGivesTheBitsOfTheFullWindow) {
       }
 }
 
+// Heads sharing a K/V head are taken up to 8 at a time (each K/V row read once for all of them);
+// every head must still get the bits it gets alone (rows run one at a time), for every K/V type,
+// for groups of 2 to 12 heads (more than 8: taken in two runs), with masked keys (the causal
+// mask's -inf) and keys whose weight underflows to 0 for some heads only (large scores).
+TEST_P(KernelIsa, AttentionGroupsGiveTheBitsOfOneHeadAtATime) {
+  struct Shape { int64_t S, H, Hkv, hd, C; };
+  const Shape shapes[] = {{1, 32, 4, 64, 77}, {3, 14, 2, 64, 21}, {2, 12, 1, 32, 40}, {2, 6, 2, 128, 33}, {1, 16, 8, 64, 50}};
+  uint32_t seed = 31000;
+  for (const Shape& sh : shapes)
+    for (GgmlType kt : kKvTypesForRing)
+      for (GgmlType vt : kKvTypesForRing)
+        for (float scale : {0.125f, 40.0f}) {
+          SCOPED_TRACE("H=" + std::to_string(sh.H) + " Hkv=" + std::to_string(sh.Hkv) + " hd=" + std::to_string(sh.hd) +
+                       " k=" + std::string(ggml_type_name(kt)) + " v=" + std::string(ggml_type_name(vt)) +
+                       " scale=" + std::to_string(scale));
+          const AttnProblem p = make_attention(sh.S, sh.H, sh.Hkv, sh.hd, sh.C, kt, vt, seed += 7);
+          const int64_t R = sh.S * sh.H;
+          std::vector<int64_t> one_by_one;
+          for (int64_t r = 0; r <= R; ++r) one_by_one.push_back(r);
+          const std::vector<float> alone = run_attention(p, scale, one_by_one);
+          const std::vector<float> grouped = run_attention(p, scale, {0, R});
+          for (size_t i = 0; i < alone.size(); ++i) ASSERT_TRUE(same_bits(alone[i], grouped[i])) << "element " << i;
+        }
+}
+
 TEST_P(KernelIsa, AttentionWithoutMaskAndEmptyCache) {
   AttnProblem p = make_attention(2, 4, 2, 16, 9, GgmlType::F32, GgmlType::F16, 77);
   std::fill(p.mask.begin(), p.mask.end(), 0.0f);

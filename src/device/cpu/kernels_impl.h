@@ -28,6 +28,7 @@
 // dequantise-and-dot equals dequantise-into-work then dot. Parallelism comes from computing
 // several outputs at once (one chain each), not from splitting a chain.
 #pragma once
+#include <algorithm>
 #include <cstddef>
 #include <cstdint>
 
@@ -347,16 +348,17 @@ inline void axpy(float a, const uint8_t* v, float* y, int64_t n) {
   }
 }
 
+// One query head's attention (row r = (s, h) of q and out), keys visited from ring row `rot`.
 template <class Ops, GgmlType KT, GgmlType VT>
-void attention_rows(const float* q, const uint8_t* k, const uint8_t* v, const float* mask, float* out,
-                    int64_t H, int64_t Hkv, int64_t hd, int64_t C, int64_t rot, float scale, int64_t r0, int64_t r1,
-                    float* scores) {
+void attention_one_row(const float* q, const uint8_t* k, const uint8_t* v, const float* mask, float* out,
+                       int64_t H, int64_t Hkv, int64_t hd, int64_t C, int64_t rot, float scale, int64_t r,
+                       float* scores) {
   using V = typename Ops::V;
   constexpr int W = Ops::W;
   constexpr float kNegInf = -__builtin_inff();
   const int64_t k_head = head_bytes<KT>(hd), v_head = head_bytes<VT>(hd);
   const int64_t group = H / Hkv;
-  for (int64_t r = r0; r < r1; ++r) {
+  {
     const int64_t s = r / H, h = r % H, g = h / group;
     const float* qr = q + r * hd;  // q is [S, H, hd], so row (s, h) is row r
     float* o = out + r * hd;
@@ -409,7 +411,7 @@ void attention_rows(const float* q, const uint8_t* k, const uint8_t* v, const fl
       mx = sc > mx ? sc : mx;
     }
     for (int64_t i = 0; i < hd; ++i) o[i] = 0.0f;
-    if (mx == kNegInf) continue;  // fully masked (or empty) row: zeros
+    if (mx == kNegInf) return;  // fully masked (or empty) row: zeros
 
     // Softmax numerators e^(s - max) (masked keys give exactly 0) and their sum.
     const V mxv = Ops::set1(mx);
@@ -466,6 +468,179 @@ void attention_rows(const float* q, const uint8_t* k, const uint8_t* v, const fl
         if (i < full) Ops::store(o + k0 + i * W, acc[i]);
         else if (i == full && tail) Ops::store_tail(o + k0 + i * W, acc[i], tail);
       }
+    }
+  }
+}
+
+// Heads that share a K/V head and one query, taken together (grouped-query attention): each key
+// and value row is read and widened once for all of them instead of once per head, and the
+// heads' dot products and value sums are independent chains that overlap, where one head alone
+// waits on each fma's latency. Every head's arithmetic is attention_one_row's, operation for
+// operation (the same dot product order, the same max, exp and sum, the same fma per key in
+// key order, a key whose weight is 0 skipped), so the same bits.
+inline constexpr int kGroupHeads = 8;  // heads taken together at most (the scores of each need C floats)
+
+template <class Ops, GgmlType KT, GgmlType VT>
+void attention_heads(const float* q, const uint8_t* k, const uint8_t* v, const float* mrow, float* out, int64_t n,
+                     int64_t Hkv, int64_t g, int64_t hd, int64_t C, int64_t rot, float scale, float* scores) {
+  using V = typename Ops::V;
+  constexpr int W = Ops::W;
+  constexpr int G = kGroupHeads;
+  constexpr float kNegInf = -__builtin_inff();
+  const int64_t k_head = head_bytes<KT>(hd), v_head = head_bytes<VT>(hd);
+  float mx[G];
+  for (int j = 0; j < G; ++j) mx[j] = kNegInf;
+
+  // Scores: per key, the dot product with each head's query (gemv_tile's / dot_q8_0's order).
+  for (int64_t t = 0; t < C; ++t) {
+    const int64_t row = t + rot < C ? t + rot : t + rot - C;
+    const float mval = mrow ? mrow[row] : 0.0f;
+    if (mval == kNegInf) {
+      for (int64_t j = 0; j < n; ++j) scores[j * C + t] = kNegInf;
+      continue;
+    }
+    const uint8_t* kr = k + (row * Hkv + g) * k_head;
+    V acc[G];
+    NPULLM_UNROLL
+    for (int j = 0; j < G; ++j) acc[j] = Ops::zero();
+    if constexpr (KT == GgmlType::Q8_0) {
+      for (int64_t b = 0; b < hd / 32; ++b) {
+        const auto d = Ops::q8_scale(kr + b * 34);
+        NPULLM_UNROLL
+        for (int e = 0; e < 32; e += W) {
+          const V kv = Ops::load_q8(kr + b * 34 + 2 + e, d);
+          NPULLM_UNROLL
+          for (int j = 0; j < G; ++j)
+            if (j < n) acc[j] = Ops::fma(kv, Ops::load(q + j * hd + b * 32 + e), acc[j]);
+        }
+      }
+    } else {
+      int64_t e = 0;
+      for (; e + W <= hd; e += W) {
+        const V kv = Ops::template load_w<KT>(kr, e);
+        NPULLM_UNROLL
+        for (int j = 0; j < G; ++j)
+          if (j < n) acc[j] = Ops::fma(kv, Ops::load(q + j * hd + e), acc[j]);
+      }
+      if (e < hd) {
+        const int tail = static_cast<int>(hd - e);
+        const V kv = Ops::template load_w_tail<KT>(kr, e, tail);
+        NPULLM_UNROLL
+        for (int j = 0; j < G; ++j)
+          if (j < n) acc[j] = Ops::fma(kv, Ops::load_tail(q + j * hd + e, tail), acc[j]);
+      }
+    }
+    NPULLM_UNROLL
+    for (int j = 0; j < G; ++j)
+      if (j < n) {
+        const float sc = scale * Ops::hsum(acc[j]) + mval;
+        scores[j * C + t] = sc;
+        mx[j] = sc > mx[j] ? sc : mx[j];
+      }
+  }
+
+  // Softmax numerators and their sums, head by head.
+  float inv[G];
+  for (int64_t j = 0; j < n; ++j) {
+    float* sj = scores + j * C;
+    float* o = out + j * hd;
+    for (int64_t i = 0; i < hd; ++i) o[i] = 0.0f;
+    inv[j] = 0.0f;
+    if (mx[j] == kNegInf) continue;  // fully masked (or empty): zeros, no value sums below
+    const V mxv = Ops::set1(mx[j]);
+    V sum = Ops::zero();
+    int64_t t = 0;
+    for (; t + W <= C; t += W) {
+      const V e = Ops::exp(Ops::sub(Ops::load(sj + t), mxv));
+      Ops::store(sj + t, e);
+      sum = Ops::add(sum, e);
+    }
+    if (t < C) {
+      const int m = static_cast<int>(C - t);
+      Ops::store_tail(sj + t, Ops::exp(Ops::sub(Ops::load_tail(sj + t, m), mxv)), m);
+      sum = Ops::add(sum, Ops::load_tail(sj + t, m));
+    }
+    inv[j] = 1.0f / Ops::hsum(sum);
+  }
+  if (mx[0] == kNegInf) return;  // the heads share the mask: all masked or none
+
+  // out_j = sum_t p_jt v_t, in slices of kVecs vectors, kHeads heads at a time, each head's
+  // accumulators in registers across the keys.
+  constexpr int kVecs = W >= 8 ? 4 : 8;
+  constexpr int kHeads = W >= 16 ? 4 : 2;
+  for (int64_t j0 = 0; j0 < n; j0 += kHeads) {
+    const int nh = static_cast<int>(n - j0 < kHeads ? n - j0 : kHeads);
+    for (int64_t k0 = 0; k0 < hd; k0 += kVecs * W) {
+      const int64_t kn = hd - k0 < kVecs * W ? hd - k0 : kVecs * W;
+      const int full = static_cast<int>(kn / W), tail = static_cast<int>(kn % W);
+      V acc[kHeads][kVecs];
+      NPULLM_UNROLL
+      for (int j = 0; j < kHeads; ++j)
+        NPULLM_UNROLL
+        for (int i = 0; i < kVecs; ++i) acc[j][i] = Ops::zero();
+      for (int64_t t = 0; t < C; ++t) {
+        float p[kHeads];
+        bool any = false;
+        NPULLM_UNROLL
+        for (int j = 0; j < kHeads; ++j) {
+          p[j] = j < nh ? scores[(j0 + j) * C + t] : 0.0f;
+          any = any || p[j] != 0.0f;
+        }
+        if (!any) continue;
+        const int64_t row = t + rot < C ? t + rot : t + rot - C;
+        const uint8_t* vr = v + (row * Hkv + g) * v_head;
+        V vv[kVecs];
+        NPULLM_UNROLL
+        for (int i = 0; i < kVecs; ++i) {
+          const int64_t e = k0 + i * W;
+          if constexpr (VT == GgmlType::Q8_0) {  // e stays inside whole blocks of 32 (no tails)
+            if (i < full) vv[i] = Ops::load_q8(vr + e / 32 * 34 + 2 + e % 32, Ops::q8_scale(vr + e / 32 * 34));
+          } else {
+            if (i < full) vv[i] = Ops::template load_w<VT>(vr, e);
+            else if (i == full && tail) vv[i] = Ops::template load_w_tail<VT>(vr, e, tail);
+          }
+        }
+        NPULLM_UNROLL
+        for (int j = 0; j < kHeads; ++j) {
+          if (p[j] == 0.0f) continue;  // as attention_one_row: a key of weight 0 adds nothing
+          const V av = Ops::set1(p[j] * inv[j0 + j]);
+          NPULLM_UNROLL
+          for (int i = 0; i < kVecs; ++i)
+            if (i < full || (i == full && tail)) acc[j][i] = Ops::fma(vv[i], av, acc[j][i]);
+        }
+      }
+      NPULLM_UNROLL
+      for (int j = 0; j < kHeads; ++j) {
+        if (j >= nh) break;
+        float* o = out + (j0 + j) * hd;
+        NPULLM_UNROLL
+        for (int i = 0; i < kVecs; ++i) {
+          if (i < full) Ops::store(o + k0 + i * W, acc[j][i]);
+          else if (i == full && tail) Ops::store_tail(o + k0 + i * W, acc[j][i], tail);
+        }
+      }
+    }
+  }
+}
+
+// Rows [r0, r1) of (query, head) pairs: runs of two or more heads of one query that share a K/V
+// head go through attention_heads, a lone head through attention_one_row.
+template <class Ops, GgmlType KT, GgmlType VT>
+void attention_rows(const float* q, const uint8_t* k, const uint8_t* v, const float* mask, float* out,
+                    int64_t H, int64_t Hkv, int64_t hd, int64_t C, int64_t rot, float scale, int64_t r0, int64_t r1,
+                    float* scores) {
+  const int64_t group = H / Hkv;
+  for (int64_t r = r0; r < r1;) {
+    const int64_t s = r / H, h = r % H, g = h / group;
+    const int64_t run_end = std::min(r1, s * H + (g + 1) * group);
+    const int64_t n = std::min<int64_t>(run_end - r, kGroupHeads);
+    if (n >= 2) {
+      attention_heads<Ops, KT, VT>(q + r * hd, k, v, mask ? mask + s * C : nullptr, out + r * hd, n, Hkv, g, hd, C, rot, scale,
+                                   scores);
+      r += n;
+    } else {
+      attention_one_row<Ops, KT, VT>(q, k, v, mask, out, H, Hkv, hd, C, rot, scale, r, scores);
+      ++r;
     }
   }
 }
