@@ -96,6 +96,7 @@ int run(BenchOptions& o) {
 
   std::vector<double> pp, tg, ttft;
   double stages_per_token = 0, sync_per_token = 0;  // of the last tg run
+  int64_t solo_periods = 0;  // of all tg runs: the worker pool ran alone after a thread was held up
   const npuw::RuntimeStats s0 = rt.stats();
   for (int64_t r = 0; r < o.repetitions; ++r) {
     if (o.n_prompt > 0) {
@@ -119,6 +120,7 @@ int run(BenchOptions& o) {
       const auto c1 = rt.device_counters();
       stages_per_token = static_cast<double>(c1.stages - c0.stages) / static_cast<double>(o.n_gen);
       sync_per_token = static_cast<double>(c1.parallel_stages - c0.parallel_stages) / static_cast<double>(o.n_gen);
+      solo_periods += c1.solo_periods - c0.solo_periods;
     }
     if (o.ttft_prompt > 0) {
       rt.reset();
@@ -193,6 +195,7 @@ int run(BenchOptions& o) {
                         {"busy", o.busy},
                         {"stages_per_token", stages_per_token},
                         {"sync_points_per_token", sync_per_token},
+                        {"solo_periods", solo_periods},
                         // The K/V allocation: full-length layers' rows plus the sliding-window rings.
                         {"kv", {{"bytes", rt.stats().kv_bytes},
                                 {"bytes_per_position", rt.stats().kv_row_bytes},
@@ -222,8 +225,9 @@ int run(BenchOptions& o) {
     fmt::print("peak RSS {:.1f} MiB; K/V bytes copied per generated token {:.0f}; padded fraction {:.3f}\n", peak_rss / 1048576.0,
                kv_copied_per_token, padded_fraction);
     if (!tg.empty())
-      fmt::print("decode: {:.0f} stages per token, {:.0f} of them on several threads (synchronisation points)\n", stages_per_token,
-                 sync_per_token);
+      fmt::print("decode: {:.0f} stages per token, {:.0f} of them on several threads (synchronisation points); "
+                 "{} time(s) the threads fell back to one for a while (a thread held up by another process)\n",
+                 stages_per_token, sync_per_token, solo_periods);
     const npuw::RuntimeStats& st = rt.stats();
     fmt::print("K/V {:.2f} MiB: {} bytes per position (full-length layers) x {} rows x {} slot(s){}\n", st.kv_bytes / 1048576.0,
                st.kv_row_bytes, rt.capacity(), rt.slots(),

@@ -41,6 +41,9 @@ class Device {
   // threads (each one a synchronisation point; a small stage runs on the calling thread alone).
   struct Counters {
     int64_t stages = 0, parallel_stages = 0;
+    // Times a device with several threads ran alone for a while because one of its threads was
+    // held up (another process had the core; cpu::WorkerPool's busy-machine fallback).
+    int64_t solo_periods = 0;
   };
   virtual Counters counters() const { return {}; }
 };

@@ -43,5 +43,37 @@ TEST(WorkerPool, DestroyedWhileIdleAndRightAfterAJob) {
   }
 }
 
+// A worker held up now and then (a hypervisor taking the core for a few ms) costs the wait and
+// nothing more; one held up job after job (another process on its core) makes the pool run jobs on
+// the caller alone, every item on worker 0.
+TEST(WorkerPool, RunsAloneOnlyWhenWorkersAreHeldUpOften) {
+  WorkerPool pool(2);
+  // Items a worker claims sleep 3 ms (it is held up); the caller's take 20 us, long enough for the
+  // worker to claim one of the 16.
+  auto held_up = [](int64_t, int worker) {
+    if (worker != 0) {
+      std::this_thread::sleep_for(std::chrono::milliseconds(3));
+      return;
+    }
+    const auto until = std::chrono::steady_clock::now() + std::chrono::microseconds(20);
+    while (std::chrono::steady_clock::now() < until) {
+    }
+  };
+  auto quick = [](int64_t, int) {};
+  for (int k = 0; k < 3; ++k) {
+    pool.run(16, +held_up);
+    for (int j = 0; j < 20; ++j) {  // 200+ ms of quick jobs between the stalls
+      pool.run(64, +quick);
+      std::this_thread::sleep_for(std::chrono::milliseconds(10));
+    }
+  }
+  EXPECT_EQ(pool.solo_periods(), 0);
+  for (int j = 0; j < 200 && pool.solo_periods() == 0; ++j) pool.run(16, +held_up);
+  ASSERT_GE(pool.solo_periods(), 1);
+  const int64_t worker_items = pool.items_per_worker()[1];
+  for (int j = 0; j < 5; ++j) pool.run(16, +held_up);  // well inside the 50 ms alone
+  EXPECT_EQ(pool.items_per_worker()[1], worker_items);
+}
+
 }  // namespace
 }  // namespace npullm::cpu

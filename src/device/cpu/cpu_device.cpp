@@ -191,7 +191,11 @@ class CpuDevice final : public device::Device {
             GgmlType::Q4_K, GgmlType::Q5_K, GgmlType::Q6_K};
   }
   int threads() const override { return pool_.threads(); }
-  Counters counters() const override { return counters_; }
+  Counters counters() const override {
+    Counters c = counters_;
+    c.solo_periods = pool_.solo_periods();
+    return c;
+  }
 
   void prepare(const device::Program& prog) override {
     int64_t need = 0;
@@ -340,17 +344,19 @@ class CpuDevice final : public device::Device {
     ++epoch_;
     apply_prologues(tasks, n);
     prequantize(tasks, n);
-    const int64_t threads = pool_.threads();
+    int64_t work = 0;
+    for (size_t i = 0; i < n; ++i) work += work_of(tasks[i]);
+    // A stage the caller runs alone takes each task in one piece: cutting it would only repeat
+    // each kernel's set-up (the activations' quantisation, ...) for nothing.
+    const bool parallel = work >= kParallelWork && pool_.threads() > 1;
     chunk_start_.assign(n + 1, 0);
     chunk_count_.resize(n);
     for (size_t i = 0; i < n; ++i) {
       const Split s = split_of(tasks[i]);
       const int64_t max_chunks = std::max<int64_t>(1, (s.length + s.grain - 1) / s.grain);
-      chunk_count_[i] = std::min<int64_t>(max_chunks, threads * 4);
+      chunk_count_[i] = parallel ? std::min<int64_t>(max_chunks, pool_.threads() * 4) : 1;
       chunk_start_[i + 1] = chunk_start_[i] + chunk_count_[i];
     }
-    int64_t work = 0;
-    for (size_t i = 0; i < n; ++i) work += work_of(tasks[i]);
     pool_.run(chunk_start_[n], [&](int64_t item, int worker) {
       const size_t i = static_cast<size_t>(std::upper_bound(chunk_start_.begin(), chunk_start_.end(), item) - chunk_start_.begin() - 1);
       const int64_t c = item - chunk_start_[i];
@@ -364,9 +370,9 @@ class CpuDevice final : public device::Device {
       if (!x && has_prologue(tasks[i]) && tasks[i].op == static_cast<uint32_t>(OpCode::MatMul))
         x = own_prologue(tasks[i], static_cast<size_t>(worker));
       run_chunk(tasks[i], b, e, work_[static_cast<size_t>(worker)].data(), x, xq_[i]);
-    }, work >= kParallelWork);
+    }, parallel);
     counters_.stages++;
-    counters_.parallel_stages += work >= kParallelWork && pool_.threads() > 1;
+    counters_.parallel_stages += parallel;
   }
 
   // One activation quantisation of a stage and the tasks that use it.

@@ -2,6 +2,8 @@
 
 #include <immintrin.h>
 
+#include <cmath>
+
 namespace npullm::cpu {
 
 namespace {
@@ -100,12 +102,24 @@ void WorkerPool::run_raw(int64_t n_items, RawFn fn, void* ctx, bool parallel) {
   const Clock::time_point end = Clock::now();
   const Clock::duration waited = end - waiting;
   if (waited > std::chrono::milliseconds(1) && waited > 2 * (waiting - start)) {
-    // A worker was preempted holding an item: run alone for a while, longer if it keeps happening.
-    const Clock::duration first = std::chrono::milliseconds(50), most = std::chrono::seconds(1);
-    solo_for_ = end - last_stall_ > 2 * most || solo_for_ == Clock::duration{} ? first : std::min(2 * solo_for_, most);
-    solo_until_ = end + solo_for_;
+    // A worker was preempted holding an item. Once in a while that is the hypervisor or a daemon
+    // taking the core for a few ms (measured on this project's VMs: a 2-4 ms stall every second
+    // or so); running alone for 50 ms after each of those cost far more than the stalls did. So the
+    // time lost waiting is summed with a decay (time constant kLossWindow), and only when it
+    // exceeds a quarter of that window (another process shares the core for real) does the pool
+    // run alone for a while, longer if it keeps happening.
+    constexpr double kLossWindow = 0.25;  // seconds
+    const double since = std::chrono::duration<double>(end - last_stall_).count();
+    lost_ = lost_ * std::exp(-since / kLossWindow) + std::chrono::duration<double>(waited).count();
+    if (lost_ > kLossWindow / 4) {
+      const Clock::duration first = std::chrono::milliseconds(50), most = std::chrono::seconds(1);
+      solo_for_ = end - last_solo_ > 2 * most || solo_for_ == Clock::duration{} ? first : std::min(2 * solo_for_, most);
+      solo_until_ = end + solo_for_;
+      last_solo_ = end;
+      lost_ = 0.0;
+      ++solo_periods_;
+    }
     last_stall_ = end;
-    ++solo_periods_;
   }
 }
 

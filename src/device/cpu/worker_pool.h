@@ -6,10 +6,11 @@
 // next item, and run() returns when every item is *done*, not when every thread has checked in:
 // a worker the OS has descheduled (a busy machine) simply claims nothing, and the caller runs the
 // items itself. Only an item already claimed by a thread that is then preempted can hold a job up:
-// when the caller waits for such an item for over a millisecond and longer than twice its own share
-// took (the machine is busy: another process has the core), the pool runs jobs on the caller alone
-// for a while (50 ms, doubling while it keeps happening, at most 1 s), its workers asleep, and then
-// tries again. So a busy machine costs at most the speed of one thread, never more.
+// the caller counts as lost each wait for such an item of over a millisecond and longer than twice
+// its own share took; when the time lost (summed with a decay of 250 ms) passes a quarter of that
+// (another process really shares the core, not a hypervisor's occasional few ms), the pool runs
+// jobs on the caller alone for a while (50 ms, doubling while it keeps happening, at most 1 s), its
+// workers asleep, and then tries again. So a busy machine costs at most the speed of one thread.
 #pragma once
 #include <atomic>
 #include <chrono>
@@ -59,8 +60,9 @@ class WorkerPool {
   std::vector<std::atomic<int64_t>> ran_;  // per worker
   // Busy-machine fallback (the caller's alone): jobs run inline until solo_until_.
   using Clock = std::chrono::steady_clock;
-  Clock::time_point solo_until_{}, last_stall_{};
+  Clock::time_point solo_until_{}, last_stall_{}, last_solo_{};
   Clock::duration solo_for_{};
+  double lost_ = 0.0;  // seconds lost waiting for held-up items, decayed (see run_raw)
   int64_t solo_periods_ = 0;
 };
 
