@@ -69,7 +69,13 @@ Split split_of(const TaskDesc& t) {
     case OpCode::SwiGlu: return {t.dim[0], 4096};
     case OpCode::Rope: return {t.dim[0] * t.dim[1], 8};
     case OpCode::ScatterRows: return {t.dim[0], 8};
-    case OpCode::Attention: return {t.dim[0] * t.dim[1], 1};
+    case OpCode::Attention: {
+      // Whole groups of query heads that share a K/V head, so each K/V row is read by one chunk
+      // (cpu::attention takes a group together), unless that leaves under 4 chunks to share.
+      int64_t grain = t.dim[2] > 0 ? std::max<int64_t>(1, t.dim[1] / t.dim[2]) : 1;
+      while (grain > 1 && t.dim[0] * t.dim[1] / grain < 4) grain = (grain + 1) / 2;
+      return {t.dim[0] * t.dim[1], grain};
+    }
     case OpCode::GatherRows: return {t.dim[0], 1};
     case OpCode::SliceCols: return {t.dim[0], 4};
     case OpCode::Scale:

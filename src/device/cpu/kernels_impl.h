@@ -479,6 +479,7 @@ void attention_one_row(const float* q, const uint8_t* k, const uint8_t* v, const
 // operation (the same dot product order, the same max, exp and sum, the same fma per key in
 // key order, a key whose weight is 0 skipped), so the same bits.
 inline constexpr int kGroupHeads = 8;  // heads taken together at most (the scores of each need C floats)
+inline constexpr int64_t kPrefetchKeys = 8;  // how far ahead of the key in use its K and V rows are fetched
 
 template <class Ops, GgmlType KT, GgmlType VT>
 void attention_heads(const float* q, const uint8_t* k, const uint8_t* v, const float* mrow, float* out, int64_t n,
@@ -500,6 +501,10 @@ void attention_heads(const float* q, const uint8_t* k, const uint8_t* v, const f
       continue;
     }
     const uint8_t* kr = k + (row * Hkv + g) * k_head;
+    // The K/V rows are [rows, Hkv, hd]: this group's head is a short piece of each row, a stride
+    // the hardware prefetchers follow poorly from memory; fetch it a few keys ahead.
+    if (row + kPrefetchKeys < C)
+      for (int64_t l = 0; l < k_head; l += 64) __builtin_prefetch(kr + kPrefetchKeys * Hkv * k_head + l, 0, 3);
     V acc[G];
     NPULLM_UNROLL
     for (int j = 0; j < G; ++j) acc[j] = Ops::zero();
@@ -589,6 +594,8 @@ void attention_heads(const float* q, const uint8_t* k, const uint8_t* v, const f
         if (!any) continue;
         const int64_t row = t + rot < C ? t + rot : t + rot - C;
         const uint8_t* vr = v + (row * Hkv + g) * v_head;
+        if (k0 == 0 && row + kPrefetchKeys < C)
+          for (int64_t l = 0; l < v_head; l += 64) __builtin_prefetch(vr + kPrefetchKeys * Hkv * v_head + l, 0, 3);
         V vv[kVecs];
         NPULLM_UNROLL
         for (int i = 0; i < kVecs; ++i) {
