@@ -3,22 +3,31 @@
 # thread count, back to back, file by file (the machine is shared: only ratios taken in one run
 # mean anything).
 #
-#   bench/compare-llama-cpp.sh [-t THREADS] [-r REPS] [-p N] [-n N] [-o DIR] [MODEL.gguf ...]
+#   bench/compare-llama-cpp.sh [-t THREADS] [-r REPS] [-p N] [-n N] [-d DEPTH] [-b BUSY] [-o DIR] [MODEL.gguf ...]
 #
-# Without models it makes the five benchmark files of the Speed issue and one Q4_K_M file per newer
-# family (Qwen3-0.6B, Gemma-3-1B, Phi-4-mini shapes: 0.5, 0.8 and 2.5 GB) with `npullm synth` in DIR
-# (default /tmp/npullm-bench). llama-bench is built once into DIR from the llama.cpp source that
-# the npm package node-llama-cpp@3.21.1 ships (a git bundle; no network access beyond npm).
-# AMX is left out of that build: its AMX matmul crashes on this machine type (SIGSEGV in
-# ggml_backend_amx_mul_mat), and the issue's reference figures are AVX-512 ones.
+# Without models it makes the five benchmark files of the speed issues and one Q4_K_M file per
+# newer family (Qwen3-0.6B, Gemma-3-1B, Phi-4-mini shapes) with `npullm synth` in DIR (default
+# /tmp/npullm-bench). llama.cpp comes from the source the npm package node-llama-cpp@3.21.1 ships
+# (a git bundle, 80fb11a; no network beyond npm) and is built twice into DIR:
+#  - build-native: GGML_NATIVE=ON, the way its users build it. Every llama.cpp figure comes from it
+#    where it runs;
+#  - build-noamx: the AVX-512 / VNNI / BF16 flags without AMX. On this machine type the native
+#    build's AMX matmul crashes in prefill (SIGSEGV in ggml_backend_amx_mul_mat), so where a native
+#    run fails, that test is taken with this build instead and the table marks it with "*".
+# Per file: pp (N prompt tokens), tg (N generated) at depth 0 and at depth DEPTH (after DEPTH tokens
+# of context, llama-bench -d / npullm bench --depth), and, with -b BUSY > 0, tg again with BUSY
+# busy-looping processes beside each program (started and killed by this script, the same for
+# both). With -b, stories260K (../shared) is also timed with 1 and 2 threads under that load.
+# npullm's roofline column: tg x weight bytes per token / the read bandwidth `npullm bench`
+# measured in the same run (cli/bandwidth.cpp).
 # Results: DIR/compare-<date>.md (a table) and the raw outputs beside it.
 set -euo pipefail
 cd "$(dirname "$0")/.."
-threads=2 reps=3 n_prompt=512 n_gen=128 dir=/tmp/npullm-bench
-while getopts "t:r:p:n:o:" opt; do
+threads=2 reps=3 n_prompt=512 n_gen=128 depth=1024 busy=0 dir=/tmp/npullm-bench
+while getopts "t:r:p:n:d:b:o:" opt; do
   case $opt in
-    t) threads=$OPTARG ;; r) reps=$OPTARG ;; p) n_prompt=$OPTARG ;; n) n_gen=$OPTARG ;; o) dir=$OPTARG ;;
-    *) exit 2 ;;
+    t) threads=$OPTARG ;; r) reps=$OPTARG ;; p) n_prompt=$OPTARG ;; n) n_gen=$OPTARG ;; d) depth=$OPTARG ;;
+    b) busy=$OPTARG ;; o) dir=$OPTARG ;; *) exit 2 ;;
   esac
 done
 shift $((OPTIND - 1))
@@ -26,17 +35,25 @@ mkdir -p "$dir"
 npullm=build/npullm
 [ -x "$npullm" ] || scripts/build.sh
 
-llama_bench="$dir/llama.cpp/build/bin/llama-bench"
-if [ ! -x "$llama_bench" ]; then
+src="$dir/llama.cpp"
+if [ ! -d "$src" ]; then
   (cd "$dir" && [ -d node_modules/node-llama-cpp ] || npm i --no-save --ignore-scripts node-llama-cpp@3.21.1 >/dev/null)
-  [ -d "$dir/llama.cpp" ] || git clone -q "$dir/node_modules/node-llama-cpp/llama/gitRelease.bundle" "$dir/llama.cpp"
-  cmake -S "$dir/llama.cpp" -B "$dir/llama.cpp/build" -G Ninja -DCMAKE_BUILD_TYPE=Release -DLLAMA_CURL=OFF \
-    -DLLAMA_BUILD_TESTS=OFF -DLLAMA_BUILD_EXAMPLES=OFF -DLLAMA_BUILD_SERVER=OFF -DLLAMA_OPENSSL=OFF \
-    -DGGML_NATIVE=OFF -DGGML_AVX=ON -DGGML_AVX2=ON -DGGML_FMA=ON -DGGML_F16C=ON -DGGML_BMI2=ON \
-    -DGGML_AVX512=ON -DGGML_AVX512_VBMI=ON -DGGML_AVX512_VNNI=ON -DGGML_AVX512_BF16=ON -DGGML_AVX_VNNI=ON \
-    -DGGML_AMX_INT8=OFF -DGGML_AMX_TILE=OFF -DGGML_AMX_BF16=OFF >/dev/null
-  cmake --build "$dir/llama.cpp/build" -j2 --target llama-bench >/dev/null
+  git clone -q "$dir/node_modules/node-llama-cpp/llama/gitRelease.bundle" "$src"
 fi
+common=(-G Ninja -DCMAKE_BUILD_TYPE=Release -DLLAMA_CURL=OFF -DLLAMA_BUILD_TESTS=OFF -DLLAMA_BUILD_EXAMPLES=OFF
+        -DLLAMA_BUILD_SERVER=OFF -DLLAMA_OPENSSL=OFF)
+build_llama() {  # name, cmake flags...
+  local name=$1
+  shift
+  if [ ! -x "$src/build-$name/bin/llama-bench" ]; then
+    cmake -S "$src" -B "$src/build-$name" "${common[@]}" "$@" >/dev/null
+    cmake --build "$src/build-$name" -j2 --target llama-bench >/dev/null
+  fi
+}
+build_llama native -DGGML_NATIVE=ON
+build_llama noamx -DGGML_NATIVE=OFF -DGGML_AVX=ON -DGGML_AVX2=ON -DGGML_FMA=ON -DGGML_F16C=ON -DGGML_BMI2=ON \
+  -DGGML_AVX512=ON -DGGML_AVX512_VBMI=ON -DGGML_AVX512_VNNI=ON -DGGML_AVX512_BF16=ON -DGGML_AVX_VNNI=ON \
+  -DGGML_AMX_INT8=OFF -DGGML_AMX_TILE=OFF -DGGML_AMX_BF16=OFF
 
 models=("$@")
 if [ ${#models[@]} -eq 0 ]; then
@@ -49,27 +66,83 @@ if [ ${#models[@]} -eq 0 ]; then
   done
 fi
 
+busy_pids=()
+start_busy() {
+  for ((i = 0; i < busy; i++)); do
+    bash -c 'while :; do :; done' &
+    busy_pids+=($!)
+  done
+}
+stop_busy() {
+  [ ${#busy_pids[@]} -eq 0 ] || kill "${busy_pids[@]}" 2>/dev/null || true
+  wait "${busy_pids[@]}" 2>/dev/null || true
+  busy_pids=()
+}
+trap stop_busy EXIT
+
+# llama-bench with the native build, else (marked) the no-AMX one: prints "t/s mark".
+llama_tps() {  # out.json, llama-bench args...
+  local out=$1
+  shift
+  if "$src/build-native/bin/llama-bench" "$@" -t "$threads" -r "$reps" -o json >"$out" 2>"$out.err"; then
+    python3 -c 'import json,sys; print("%.1f" % json.load(open(sys.argv[1]))[0]["avg_ts"], "")' "$out"
+  else
+    "$src/build-noamx/bin/llama-bench" "$@" -t "$threads" -r "$reps" -o json >"$out" 2>>"$out.err"
+    python3 -c 'import json,sys; print("%.1f" % json.load(open(sys.argv[1]))[0]["avg_ts"], "*")' "$out"
+  fi
+}
+npullm_json() {  # out.json, threads, npullm bench args...
+  local out=$1 t=$2
+  shift 2
+  "$npullm" bench "$@" -t "$t" -r "$reps" --json >"$out"
+}
+field() { python3 -c 'import json,sys; d=json.load(open(sys.argv[1])); print(sys.argv[3] % eval(sys.argv[2], {}, {"d": d}))' "$@"; }  # file expr format
+
 out="$dir/compare-$(date +%Y%m%d-%H%M%S).md"
 {
-  echo "threads $threads, $reps repetitions, pp$n_prompt / tg$n_gen; $(nproc) cores, load $(cut -d' ' -f1-3 /proc/loadavg)"
+  echo "threads $threads, $reps repetitions, pp$n_prompt / tg$n_gen, depth $depth, busy $busy; $(nproc) cores, load $(cut -d' ' -f1-3 /proc/loadavg)"
+  echo "llama.cpp 80fb11a built with GGML_NATIVE=ON; * = that test crashed in the native build and was taken with its AVX-512 build without AMX"
   echo
-  echo "| model | llama.cpp pp | npullm pp | ratio | llama.cpp tg | npullm tg | ratio | npullm roofline | npullm RSS MiB |"
-  echo "|---|---|---|---|---|---|---|---|---|"
+  head="| model | pp llama.cpp | pp npullm | ratio | tg llama.cpp | tg npullm | ratio | npullm roofline | tg@d$depth llama.cpp | tg@d$depth npullm | ratio | npullm d$depth / d0 |"
+  sep="|---|---|---|---|---|---|---|---|---|---|---|---|"
+  if [ "$busy" -gt 0 ]; then head+=" tg busy llama.cpp | tg busy npullm | ratio |"; sep+="---|---|---|"; fi
+  echo "$head"
+  echo "$sep"
 } >"$out"
 for m in "${models[@]}"; do
   name=$(basename "$m" .gguf)
-  "$llama_bench" -m "$m" -p "$n_prompt" -n "$n_gen" -t "$threads" -r "$reps" -o json >"$dir/$name.llama.json" 2>/dev/null
-  "$npullm" bench -m "$m" -p "$n_prompt" -n "$n_gen" -t "$threads" -r "$reps" --json >"$dir/$name.npullm.json"
-  python3 - "$dir/$name.llama.json" "$dir/$name.npullm.json" "$name" >>"$out" <<'EOF'
-import json, sys
-lc = json.load(open(sys.argv[1]))
-us = json.load(open(sys.argv[2]))
-lpp = next(r["avg_ts"] for r in lc if r["n_prompt"] > 0)
-ltg = next(r["avg_ts"] for r in lc if r["n_gen"] > 0)
-upp, utg = us["pp"]["tps_mean"], us["tg"]["tps_mean"]
-print(f"| {sys.argv[3]} | {lpp:.1f} | {upp:.1f} | {upp / lpp:.2f} | {ltg:.1f} | {utg:.1f} | {utg / ltg:.2f} "
-      f"| {100 * us['roofline_fraction']:.0f} % of {us['bandwidth_gbps']:.1f} GB/s | {us['peak_rss_bytes'] / 2**20:.0f} |")
-EOF
+  read -r lpp lpp_mark < <(llama_tps "$dir/$name.llama.pp.json" -m "$m" -p "$n_prompt" -n 0)
+  read -r ltg ltg_mark < <(llama_tps "$dir/$name.llama.tg.json" -m "$m" -p 0 -n "$n_gen")
+  read -r ltd ltd_mark < <(llama_tps "$dir/$name.llama.tgd.json" -m "$m" -p 0 -n "$n_gen" -d "$depth")
+  npullm_json "$dir/$name.npullm.json" "$threads" -m "$m" -p "$n_prompt" -n "$n_gen"
+  npullm_json "$dir/$name.npullm.d.json" "$threads" -m "$m" -p 0 -n "$n_gen" --depth "$depth"
+  upp=$(field "$dir/$name.npullm.json" 'd["pp"]["tps_mean"]' %.1f)
+  utg=$(field "$dir/$name.npullm.json" 'd["tg"]["tps_mean"]' %.1f)
+  roof=$(field "$dir/$name.npullm.json" '(100 * d["roofline_fraction"], d["bandwidth_gbps"])' '%.0f %% of %.1f GB/s')
+  utd=$(field "$dir/$name.npullm.d.json" 'd["tg"]["tps_mean"]' %.1f)
+  row="| $name | $lpp$lpp_mark | $upp | $(python3 -c "print(f'{$upp / $lpp:.2f}')") | $ltg$ltg_mark | $utg | $(python3 -c "print(f'{$utg / $ltg:.2f}')")"
+  row+=" | $roof | $ltd$ltd_mark | $utd | $(python3 -c "print(f'{$utd / $ltd:.2f}')") | $(python3 -c "print(f'{100 * $utd / $utg:.1f} %')") |"
+  if [ "$busy" -gt 0 ]; then
+    start_busy
+    read -r lbusy lbusy_mark < <(llama_tps "$dir/$name.llama.busy.json" -m "$m" -p 0 -n "$n_gen")
+    npullm_json "$dir/$name.npullm.busy.json" "$threads" -m "$m" -p 0 -n "$n_gen"
+    stop_busy
+    ubusy=$(field "$dir/$name.npullm.busy.json" 'd["tg"]["tps_mean"]' %.1f)
+    row+=" $lbusy$lbusy_mark | $ubusy | $(python3 -c "print(f'{$ubusy / $lbusy:.2f}')") |"
+  fi
+  echo "$row" >>"$out"
   tail -1 "$out"
 done
+
+stories="${NPULLM_SHARED_DIR:-$(cd .. && pwd)/shared}/models/llama2c/stories260K.gguf"
+if [ "$busy" -gt 0 ] && [ -f "$stories" ]; then
+  start_busy
+  npullm_json "$dir/stories.t1.busy.json" 1 -m "$stories" -p 0 -n 256
+  npullm_json "$dir/stories.t2.busy.json" "$threads" -m "$stories" -p 0 -n 256
+  stop_busy
+  t1=$(field "$dir/stories.t1.busy.json" 'd["tg"]["tps_mean"]' %.0f)
+  t2=$(field "$dir/stories.t2.busy.json" 'd["tg"]["tps_mean"]' %.0f)
+  printf '\nstories260K tg256 beside %s busy process(es): %s t/s with 1 thread, %s t/s with %s\n' "$busy" "$t1" "$t2" "$threads" >>"$out"
+  tail -1 "$out"
+fi
 echo "table: $out"

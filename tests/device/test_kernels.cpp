@@ -873,6 +873,15 @@ TEST_P(KernelIsa, AttentionGroupsGiveTheBitsOfOneHeadAtATime) {
           const std::vector<float> grouped = run_attention(p, scale, {0, R});
           for (size_t i = 0; i < alone.size(); ++i) ASSERT_TRUE(same_bits(alone[i], grouped[i])) << "element " << i;
         }
+  // A head whose query is NaN sees no key (every score NaN): zeros alone, and zeros in its group,
+  // whatever its neighbours see.
+  AttnProblem p = make_attention(1, 8, 1, 32, 24, GgmlType::F16, GgmlType::F16, 4242);
+  for (int64_t i = 3 * 32; i < 4 * 32; ++i) p.q[static_cast<size_t>(i)] = std::nanf("");
+  std::vector<int64_t> one_by_one;
+  for (int64_t r = 0; r <= 8; ++r) one_by_one.push_back(r);
+  const std::vector<float> alone = run_attention(p, 0.2f, one_by_one), grouped = run_attention(p, 0.2f, {0, 8});
+  for (size_t i = 0; i < alone.size(); ++i) ASSERT_TRUE(same_bits(alone[i], grouped[i])) << "element " << i;
+  for (int64_t i = 3 * 32; i < 4 * 32; ++i) EXPECT_EQ(grouped[static_cast<size_t>(i)], 0.0f);
 }
 
 TEST_P(KernelIsa, AttentionWithoutMaskAndEmptyCache) {

@@ -567,7 +567,13 @@ void attention_heads(const float* q, const uint8_t* k, const uint8_t* v, const f
     }
     inv[j] = 1.0f / Ops::hsum(sum);
   }
-  if (mx[0] == kNegInf) return;  // the heads share the mask: all masked or none
+  bool live[G];  // heads with a visible key (a fully masked one stays zeros, as attention_one_row)
+  bool any_live = false;
+  for (int j = 0; j < G; ++j) {
+    live[j] = j < n && mx[j] != kNegInf;
+    any_live = any_live || live[j];
+  }
+  if (!any_live) return;
 
   // out_j = sum_t p_jt v_t, in slices of kVecs vectors, kHeads heads at a time, each head's
   // accumulators in registers across the keys.
@@ -588,7 +594,7 @@ void attention_heads(const float* q, const uint8_t* k, const uint8_t* v, const f
         bool any = false;
         NPULLM_UNROLL
         for (int j = 0; j < kHeads; ++j) {
-          p[j] = j < nh ? scores[(j0 + j) * C + t] : 0.0f;
+          p[j] = j < nh && live[j0 + j] ? scores[(j0 + j) * C + t] : 0.0f;
           any = any || p[j] != 0.0f;
         }
         if (!any) continue;
