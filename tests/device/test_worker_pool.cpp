@@ -48,14 +48,15 @@ TEST(WorkerPool, DestroyedWhileIdleAndRightAfterAJob) {
 // the caller alone, every item on worker 0.
 TEST(WorkerPool, RunsAloneOnlyWhenWorkersAreHeldUpOften) {
   WorkerPool pool(2);
-  // Items a worker claims sleep 3 ms (it is held up); the caller's take 20 us, long enough for the
-  // worker to claim one of the 16.
+  // Items a worker claims sleep 20 ms (it is held up); the caller's take 200 us each, so the worker
+  // has over 3 ms to wake up and claim one of the 16 even on a loaded machine (ctest runs tests side
+  // by side), and the caller then waits far longer than its own share took.
   auto held_up = [](int64_t, int worker) {
     if (worker != 0) {
-      std::this_thread::sleep_for(std::chrono::milliseconds(3));
+      std::this_thread::sleep_for(std::chrono::milliseconds(20));
       return;
     }
-    const auto until = std::chrono::steady_clock::now() + std::chrono::microseconds(20);
+    const auto until = std::chrono::steady_clock::now() + std::chrono::microseconds(200);
     while (std::chrono::steady_clock::now() < until) {
     }
   };
@@ -71,7 +72,7 @@ TEST(WorkerPool, RunsAloneOnlyWhenWorkersAreHeldUpOften) {
   for (int j = 0; j < 200 && pool.solo_periods() == 0; ++j) pool.run(16, +held_up);
   ASSERT_GE(pool.solo_periods(), 1);
   const int64_t worker_items = pool.items_per_worker()[1];
-  for (int j = 0; j < 5; ++j) pool.run(16, +held_up);  // well inside the 50 ms alone
+  for (int j = 0; j < 3; ++j) pool.run(16, +held_up);  // ~10 ms: well inside the 50 ms alone
   EXPECT_EQ(pool.items_per_worker()[1], worker_items);
 }
 
