@@ -27,11 +27,19 @@ san="$(mktemp -d)"
 asan_rc=0
 ASAN_OPTIONS="detect_leaks=1:log_path=$san/asan" UBSAN_OPTIONS="print_stacktrace=1:halt_on_error=1:exitcode=86" \
   scripts/run-sharded.sh 2 build-asan/tests/npullm_tests || asan_rc=$?
-if compgen -G "$san/asan.*" >/dev/null; then
-  cat "$san"/asan.* >&2
-  echo "test.sh: AddressSanitizer / LeakSanitizer reported (above)" >&2
-  asan_rc=1
-fi
+# A report file that is empty holds no report: a process opened its log and died before writing
+# (seen once in a clean-clone run, not reproduced in the next; the CLI and cache-fault tests kill
+# npullm children on purpose). It is named, not counted; any file with content fails the step.
+for f in "$san"/asan.*; do
+  [ -e "$f" ] || continue
+  if [ -s "$f" ]; then
+    cat "$f" >&2
+    echo "test.sh: AddressSanitizer / LeakSanitizer reported (above, $f)" >&2
+    asan_rc=1
+  else
+    echo "test.sh: $(basename "$f"): an empty sanitizer log (no report in it), not counted" >&2
+  fi
+done
 rm -rf "$san"
 [[ "$asan_rc" -eq 0 ]] || exit "$asan_rc"
 # ThreadSanitizer (RelWithDebInfo): the concurrent parts, i.e. the driver and its queues, the worker
