@@ -44,9 +44,7 @@ npuw::RuntimeConfig config(GgmlType kv, bool fuse) {
   return cfg;
 }
 
-bool same_bits(std::span<const float> a, std::span<const float> b) {
-  return a.size() == b.size() && std::memcmp(a.data(), b.data(), a.size() * sizeof(float)) == 0;
-}
+using test::same_bits;
 
 std::vector<int32_t> golden_tokens(const Golden& m) {
   return nlohmann::json::parse(test::read_file(test::shared_path(m.json)))["tokens"].get<std::vector<int32_t>>();

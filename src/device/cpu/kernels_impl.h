@@ -348,6 +348,30 @@ inline void axpy(float a, const uint8_t* v, float* y, int64_t n) {
   }
 }
 
+// Softmax numerators in place: scores[t] = e^(scores[t] - mx) (masked keys give exactly 0);
+// returns their sum.
+template <class Ops>
+inline float softmax_numerators(float* scores, int64_t C, float mx) {
+  using V = typename Ops::V;
+  constexpr int W = Ops::W;
+  const V mxv = Ops::set1(mx);
+  V sum = Ops::zero();
+  int64_t t = 0;
+  for (; t + W <= C; t += W) {
+    const V e = Ops::exp(Ops::sub(Ops::load(scores + t), mxv));
+    Ops::store(scores + t, e);
+    sum = Ops::add(sum, e);
+  }
+  if (t < C) {
+    const int n = static_cast<int>(C - t);
+    // Lanes past C hold exp(0 - max) garbage after the exp; store_tail drops them, and the sum
+    // must too, so they are zeroed by loading the result back.
+    Ops::store_tail(scores + t, Ops::exp(Ops::sub(Ops::load_tail(scores + t, n), mxv)), n);
+    sum = Ops::add(sum, Ops::load_tail(scores + t, n));
+  }
+  return Ops::hsum(sum);
+}
+
 // One query head's attention (row r = (s, h) of q and out), keys visited from ring row `rot`.
 template <class Ops, GgmlType KT, GgmlType VT>
 void attention_one_row(const float* q, const uint8_t* k, const uint8_t* v, const float* mask, float* out,
@@ -413,23 +437,8 @@ void attention_one_row(const float* q, const uint8_t* k, const uint8_t* v, const
     for (int64_t i = 0; i < hd; ++i) o[i] = 0.0f;
     if (mx == kNegInf) return;  // fully masked (or empty) row: zeros
 
-    // Softmax numerators e^(s - max) (masked keys give exactly 0) and their sum.
-    const V mxv = Ops::set1(mx);
-    V sum = Ops::zero();
+    const float total = softmax_numerators<Ops>(scores, C, mx);
     int64_t t = 0;
-    for (; t + W <= C; t += W) {
-      const V e = Ops::exp(Ops::sub(Ops::load(scores + t), mxv));
-      Ops::store(scores + t, e);
-      sum = Ops::add(sum, e);
-    }
-    if (t < C) {
-      const int n = static_cast<int>(C - t);
-      // Lanes past C hold exp(0 - max) garbage after the exp; store_tail drops them, and the sum
-      // must too, so they are zeroed by loading the result back.
-      Ops::store_tail(scores + t, Ops::exp(Ops::sub(Ops::load_tail(scores + t, n), mxv)), n);
-      sum = Ops::add(sum, Ops::load_tail(scores + t, n));
-    }
-    const float total = Ops::hsum(sum);
 
     // out = sum_t p_t v_t with p_t = e_t / total (normalised per key so the magnitude of the
     // accumulator stays that of v), o[i] = fma(v_t[i], p_t, o[i]) for t ascending. The head's
@@ -552,20 +561,7 @@ void attention_heads(const float* q, const uint8_t* k, const uint8_t* v, const f
     for (int64_t i = 0; i < hd; ++i) o[i] = 0.0f;
     inv[j] = 0.0f;
     if (mx[j] == kNegInf) continue;  // fully masked (or empty): zeros, no value sums below
-    const V mxv = Ops::set1(mx[j]);
-    V sum = Ops::zero();
-    int64_t t = 0;
-    for (; t + W <= C; t += W) {
-      const V e = Ops::exp(Ops::sub(Ops::load(sj + t), mxv));
-      Ops::store(sj + t, e);
-      sum = Ops::add(sum, e);
-    }
-    if (t < C) {
-      const int m = static_cast<int>(C - t);
-      Ops::store_tail(sj + t, Ops::exp(Ops::sub(Ops::load_tail(sj + t, m), mxv)), m);
-      sum = Ops::add(sum, Ops::load_tail(sj + t, m));
-    }
-    inv[j] = 1.0f / Ops::hsum(sum);
+    inv[j] = 1.0f / softmax_numerators<Ops>(sj, C, mx[j]);
   }
   bool live[G];  // heads with a visible key (a fully masked one stays zeros, as attention_one_row)
   bool any_live = false;
