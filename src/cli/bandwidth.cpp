@@ -9,6 +9,9 @@
 #include <thread>
 #include <vector>
 
+#include "common/error.h"
+#include "common/page_buffer.h"
+
 namespace npullm::cli {
 
 namespace {
@@ -45,13 +48,20 @@ uint64_t read_scalar(const uint8_t* p, size_t n) {
 
 }  // namespace
 
-double measure_read_bandwidth(int threads, size_t working_set_bytes) {
+double measure_read_bandwidth(int threads, size_t working_set_bytes, bool huge_pages) {
   threads = std::max(1, threads);
   const size_t unit = 128 * static_cast<size_t>(threads);  // each slice a whole number of 128-byte steps
   const size_t want = std::clamp<size_t>(working_set_bytes, size_t{64} << 10, size_t{1} << 30);
   const size_t bytes = (want + unit - 1) / unit * unit;
-  auto* buf = static_cast<uint8_t*>(std::aligned_alloc(64, bytes));
-  if (!buf) return 0.0;
+  // On huge pages as the runtime's weights are (common/page_buffer.h), or the read loop would pay
+  // TLB misses the decode does not.
+  PageBuffer mem;
+  try {
+    mem = PageBuffer(bytes, huge_pages);
+  } catch (const Error&) {
+    return 0.0;
+  }
+  uint8_t* buf = mem.data();
   std::memset(buf, 1, bytes);  // touch every page before timing
   auto reader = __builtin_cpu_supports("avx512f") ? read_avx512 : __builtin_cpu_supports("avx2") ? read_avx2 : read_scalar;
   const size_t per = bytes / static_cast<size_t>(threads);
@@ -71,7 +81,6 @@ double measure_read_bandwidth(int threads, size_t working_set_bytes) {
     const double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
     best = std::max(best, static_cast<double>(bytes) * static_cast<double>(repeats) / s);
   }
-  std::free(buf);
   return best;
 }
 

@@ -10,6 +10,7 @@ namespace npullm::cli {
 // caches is read at cache speed, a large one at DRAM speed, so a model held in L2/L3 is judged
 // against cache bandwidth, not DRAM's. The set is at least 64 KiB and at most 1 GiB (beyond any
 // cache); each pass reads it until 1 GiB has been read, and the best of 5 passes is returned, since
-// a roofline is what the memory can do at best.
-double measure_read_bandwidth(int threads, size_t working_set_bytes);
+// a roofline is what the memory can do at best. The set is on huge pages when `huge_pages` (as the
+// runtime holds weights by default) and on 4 KiB pages otherwise (as with --no-huge-pages).
+double measure_read_bandwidth(int threads, size_t working_set_bytes, bool huge_pages);
 }  // namespace npullm::cli

@@ -173,7 +173,8 @@ int run(BenchOptions& o) {
   const double bytes_per_token = weight_bytes_per_token(rt.gguf());
   // The roofline: read bandwidth on a working set the size of what a decode step reads (cache speed
   // for a model that fits in the caches, DRAM speed for one that does not).
-  const double bandwidth = measure_read_bandwidth(rt.device_threads(), static_cast<size_t>(bytes_per_token));
+  // The working set is on the pages the weights are on (huge unless --no-huge-pages).
+  const double bandwidth = measure_read_bandwidth(rt.device_threads(), static_cast<size_t>(bytes_per_token), rt.config().huge_pages);
   const double roofline_fraction = bandwidth > 0 ? tgs.mean * bytes_per_token / bandwidth : 0.0;
   const double ttft_ms = ttft.empty() ? 0.0 : median(ttft);
 
@@ -188,6 +189,8 @@ int run(BenchOptions& o) {
                         {"padded_fraction", padded_fraction},
                         {"roofline_fraction", roofline_fraction},
                         {"bandwidth_gbps", bandwidth / 1e9},
+                        {"huge_pages", rt.config().huge_pages},
+                        {"huge_page_weight_bytes", rt.stats().huge_page_weight_bytes},
                         {"weight_bytes_per_token", bytes_per_token},
                         {"prefill_chunk", cfg.prefill_chunk},
                         {"variants", rt.variants()},
@@ -232,8 +235,12 @@ int run(BenchOptions& o) {
     fmt::print("K/V {:.2f} MiB: {} bytes per position (full-length layers) x {} rows x {} slot(s){}\n", st.kv_bytes / 1048576.0,
                st.kv_row_bytes, rt.capacity(), rt.slots(),
                st.kv_ring_rows > 0 ? fmt::format(" + sliding-window rings of {} rows, {} bytes per slot", st.kv_ring_rows, st.kv_ring_bytes) : "");
-    fmt::print("decode reads {:.1f} MiB of weights per token; read bandwidth here on that working set {:.1f} GB/s; decode at {:.0f}% of that roofline\n",
-               bytes_per_token / 1048576.0, bandwidth / 1e9, roofline_fraction * 100.0);
+    fmt::print("decode reads {:.1f} MiB of weights per token; read bandwidth here on that working set {:.1f} GB/s ({}); "
+               "decode at {:.0f}% of that roofline\n",
+               bytes_per_token / 1048576.0, bandwidth / 1e9,
+               rt.config().huge_pages ? fmt::format("huge pages, as {:.1f} MiB of the weights are", st.huge_page_weight_bytes / 1048576.0)
+                                      : std::string("4 KiB pages, as the mapped weights are"),
+               roofline_fraction * 100.0);
   }
   return 0;
 }

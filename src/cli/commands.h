@@ -35,6 +35,7 @@ struct RuntimeOptions {
   bool no_repack = false;  // --no-repack: weights stay in GGUF's row layout
   bool swa_full = false;   // --swa-full: sliding-window layers keep C_max rows, not a ring
   bool unfused = false;    // --unfused: no compiler::fuse_stages
+  bool no_huge_pages = false;  // --no-huge-pages: weights stay mapped from their files
   bool chunk_given = false;  // --prefill-chunk was on the command line
   void add_to(CLI::App* cmd);
   npuw::RuntimeConfig resolve() const;  // parses `variants` and `kv_type`, applies no_cache

@@ -50,6 +50,9 @@ void RuntimeOptions::add_to(CLI::App* cmd) {
   cmd->add_flag("--no-repack", no_repack,
                 "keep every weight as the GGUF file stores it (default: int8 matmul weights are repacked into the "
                 "layout the CPU reads fastest, once, and kept beside the blob cache)");
+  cmd->add_flag("--no-huge-pages", no_huge_pages,
+                "map weights from the model and packed files (shared page cache, lower RSS) instead of copying them "
+                "into memory on 2 MiB transparent huge pages, which decodes faster");
 }
 
 GgmlType parse_kv_type(const std::string& text) {
@@ -76,6 +79,7 @@ npuw::RuntimeConfig RuntimeOptions::resolve() const {
   out.repack_weights = !no_repack;
   out.swa_ring = !swa_full;
   out.fuse_stages = !unfused;
+  out.huge_pages = !no_huge_pages;
   out.kv_type = parse_kv_type(kv_type);
   if (!variants.empty()) {
     std::stringstream ss(variants);

@@ -3,6 +3,7 @@
 #include <cstdlib>
 #include <cstring>
 #include <immintrin.h>
+#include <utility>
 
 #include "common/error.h"
 
@@ -10,16 +11,27 @@ namespace npullm::driver {
 
 // ---------------------------------------------------------------- AlignedBuffer
 
-AlignedBuffer::AlignedBuffer(size_t bytes, size_t align) : size_(bytes) {
-  const size_t rounded = (bytes + align - 1) / align * align;
-  data_ = static_cast<uint8_t*>(std::aligned_alloc(align, rounded ? rounded : align));
-  if (!data_) fail("driver: out of memory allocating {} bytes", bytes);
-  std::memset(data_, 0, rounded ? rounded : align);
+AlignedBuffer::AlignedBuffer(size_t bytes, bool huge) : size_(bytes) {
+  constexpr size_t kAlign = 64;
+  if (bytes >= (size_t{2} << 20)) {
+    try {
+      pages_ = PageBuffer(bytes, huge);  // anonymous pages: zero already
+    } catch (const Error&) {
+      fail("driver: out of memory allocating {} bytes", bytes);
+    }
+    return;
+  }
+  const size_t rounded = (bytes + kAlign - 1) / kAlign * kAlign;
+  heap_ = static_cast<uint8_t*>(std::aligned_alloc(kAlign, rounded ? rounded : kAlign));
+  if (!heap_) fail("driver: out of memory allocating {} bytes", bytes);
+  std::memset(heap_, 0, rounded ? rounded : kAlign);
 }
-AlignedBuffer::~AlignedBuffer() { std::free(data_); }
-AlignedBuffer::AlignedBuffer(AlignedBuffer&& o) noexcept : data_(o.data_), size_(o.size_) { o.data_ = nullptr; o.size_ = 0; }
+AlignedBuffer::~AlignedBuffer() { std::free(heap_); }
+AlignedBuffer::AlignedBuffer(AlignedBuffer&& o) noexcept
+    : heap_(std::exchange(o.heap_, nullptr)), pages_(std::move(o.pages_)), size_(std::exchange(o.size_, 0)) {}
 AlignedBuffer& AlignedBuffer::operator=(AlignedBuffer&& o) noexcept {
-  std::swap(data_, o.data_);
+  std::swap(heap_, o.heap_);
+  std::swap(pages_, o.pages_);
   std::swap(size_, o.size_);
   return *this;
 }
@@ -36,7 +48,7 @@ void ScratchArena::reserve(uint64_t bytes, const std::string& label) {
 
 uint8_t* ScratchArena::commit() {
   if (!committed_) {
-    mem_ = AlignedBuffer(static_cast<size_t>(bytes_));
+    mem_ = AlignedBuffer(static_cast<size_t>(bytes_), huge_);
     committed_ = true;
   }
   return mem_.data();

@@ -34,6 +34,7 @@
 #include <vector>
 
 #include "blob/blob_image.h"
+#include "common/page_buffer.h"
 #include "device/device.h"
 
 namespace npullm::driver {
@@ -46,19 +47,22 @@ class WeightsBank {
   virtual const void* resolve(const blob::WeightRef& w) const = 0;
 };
 
-// Memory aligned for vector loads, freed on destruction.
+// Zeroed memory aligned for vector loads (64 bytes), freed on destruction. From 2 MiB up it is a
+// PageBuffer (common/page_buffer.h), on transparent huge pages unless `huge` is false: the K/V
+// cache and the scratch arena are read every token.
 class AlignedBuffer {
  public:
   AlignedBuffer() = default;
-  explicit AlignedBuffer(size_t bytes, size_t align = 64);
+  explicit AlignedBuffer(size_t bytes, bool huge = true);
   ~AlignedBuffer();
   AlignedBuffer(AlignedBuffer&& o) noexcept;
   AlignedBuffer& operator=(AlignedBuffer&& o) noexcept;
-  uint8_t* data() const { return data_; }
+  uint8_t* data() const { return pages_.data() ? pages_.data() : heap_; }
   size_t size() const { return size_; }
 
  private:
-  uint8_t* data_ = nullptr;
+  uint8_t* heap_ = nullptr;  // below 2 MiB
+  PageBuffer pages_;
   size_t size_ = 0;
 };
 
@@ -71,7 +75,7 @@ class AlignedBuffer {
 // Not thread-safe: load executables and record command lists from one thread.
 class ScratchArena {
  public:
-  ScratchArena() = default;
+  explicit ScratchArena(bool huge_pages = true) : huge_(huge_pages) {}
   ScratchArena(const ScratchArena&) = delete;
   ScratchArena& operator=(const ScratchArena&) = delete;
   // Makes the arena at least `bytes` big; throws npullm::Error naming `label` when it is
@@ -85,6 +89,7 @@ class ScratchArena {
  private:
   uint64_t bytes_ = 0;
   bool committed_ = false;
+  bool huge_ = true;
   AlignedBuffer mem_;
 };
 

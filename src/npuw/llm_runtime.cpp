@@ -189,12 +189,12 @@ void LlmRuntime::load_blobs() {
   const uint64_t model_hash = hash_bytes(header, sizeof header);
   BlobCache cache(cache_dir, model_hash);
   // Packed weights are kept beside the model's blobs (the same key: the GGUF header and size).
-  bank_ = std::make_unique<GgufWeightsBank>(*gguf_, cache.enabled() ? cache.model_dir() + "/panels16" : "");
+  bank_ = std::make_unique<GgufWeightsBank>(*gguf_, cache.enabled() ? cache.model_dir() + "/panels16" : "", cfg_.huge_pages);
   Graphs graphs{hp_, *gguf_, cfg_.kv_type, nullptr, nullptr, nullptr};  // built only if something must be compiled
 
   // Every blob runs on the one queue, one at a time, so all of them share one scratch arena, as big
   // as the largest blob needs (driver.h: blobs that share an arena must never be in flight together).
-  scratch_ = std::make_shared<driver::ScratchArena>();
+  scratch_ = std::make_shared<driver::ScratchArena>(cfg_.huge_pages);
 
   // Phase 1: load (or compile) every blob; each reserves its scratch in the shared arena.
   auto load_slot = [&](const BlobSpec& spec) {
@@ -254,7 +254,7 @@ void LlmRuntime::load_blobs() {
     if (ring) stats_.kv_ring_bytes += static_cast<int64_t>(row_bytes) * ring_;
     else stats_.kv_row_bytes += static_cast<int64_t>(row_bytes);
   }
-  kv_ = driver::AlignedBuffer(total);
+  kv_ = driver::AlignedBuffer(total, cfg_.huge_pages);
   stats_.kv_bytes = static_cast<int64_t>(total);
   if (cache.enabled()) {
     // This model was used now; the cache keeps within its bound (other models go first).
@@ -267,6 +267,7 @@ void LlmRuntime::load_blobs() {
   }
   stats_.packed_weights_built = bank_->packed_built();
   stats_.packed_weights_cached = bank_->packed_loaded();
+  stats_.huge_page_weight_bytes = static_cast<int64_t>(bank_->huge_page_bytes());
 
   // Phase 2: record each blob's command list (the first one allocates the arena) and bind its
   // inputs, outputs and state once.

@@ -70,6 +70,12 @@ struct RuntimeConfig {
   // Compile with fused stages (compiler::fuse_stages: norms, gate functions and RoPE folded into
   // the op that reads them): fewer barriers per token, the same logits bit for bit.
   bool fuse_stages = true;
+  // Weights, the K/V cache and the scratch arena on transparent huge pages (common/page_buffer.h):
+  // weights are copied into anonymous memory instead of being mapped from the GGUF and packed
+  // files, so the process holds them itself (its RSS grows by the model's size) where a mapping
+  // shares the page cache. Decode streams every weight per token; 2 MiB pages spare the TLB
+  // misses and prefetcher restarts of 4 KiB ones. False keeps the mappings.
+  bool huge_pages = true;
 };
 
 // Rows of one slot's ring for a window of n_swa positions and prefill chunks of up to P tokens:
@@ -94,7 +100,8 @@ struct RuntimeStats {
   int64_t kv_ring_bytes = 0;           // bytes of one slot's rings, all such layers together (fixed)
   int64_t kv_bytes = 0;                // the whole K/V allocation: slots x (C_max x kv_row_bytes + kv_ring_bytes)
   int64_t packed_weights_built = 0;    // weights packed into another layout in this process
-  int64_t packed_weights_cached = 0;   // packed weights mapped from the cache
+  int64_t packed_weights_cached = 0;   // packed weights read or mapped from the cache
+  int64_t huge_page_weight_bytes = 0;  // weight bytes held on huge pages (RuntimeConfig::huge_pages)
   int64_t slots = 1;                   // sequence slots (RuntimeConfig::parallel)
   int64_t batched_steps = 0;           // decode steps that ran more than one sequence
   int64_t batch_rows = 0;              // sequences' tokens run by decode_batch (real rows)

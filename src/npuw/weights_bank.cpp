@@ -13,6 +13,7 @@
 #include <xxhash.h>
 
 #include "common/error.h"
+#include "common/page_buffer.h"
 #include "formats/weight_layout.h"
 #include "npuw/blob_cache.h"
 
@@ -21,6 +22,10 @@ namespace npullm::npuw {
 namespace fs = std::filesystem;
 
 namespace {
+
+// Rows-layout weights from this size up are copied onto huge pages (the output projection, a tied
+// embedding); smaller ones (norms, biases) gain nothing from it.
+constexpr uint64_t kResidentMin = uint64_t{2} << 20;
 
 // A packed file: this header (128 bytes, little-endian: the data stays 64-byte aligned), then the
 // packed bytes.
@@ -66,10 +71,22 @@ std::string header_problem(const PackedHeader& h, uint64_t size) {
 // One packed tensor: a read-only mapping of its file (data after the header), or anonymous pages
 // of its own (data at 0). Pages straight from mmap, not the heap: a transient packing buffer goes
 // back to the system when unmapped, where freed heap blocks of this size could stay resident.
+// With huge pages on, the bytes live in `pages` instead (copied there from the mapping).
 struct GgufWeightsBank::Packed {
   void* map = nullptr;
   size_t map_bytes = 0, data_offset = 0;
-  const void* data() const { return static_cast<const uint8_t*>(map) + data_offset; }
+  PageBuffer pages;
+  const void* data() const { return pages.data() ? pages.data() : static_cast<const uint8_t*>(map) + data_offset; }
+  // Moves the mapped bytes onto huge pages and drops the mapping.
+  void make_resident(size_t bytes) {
+    PageBuffer copy(bytes);
+    std::memcpy(copy.data(), static_cast<const uint8_t*>(map) + data_offset, bytes);
+    copy.protect_read_only();
+    ::munmap(map, map_bytes);
+    map = nullptr;
+    map_bytes = data_offset = 0;
+    pages = std::move(copy);
+  }
   Packed() = default;
   Packed(const Packed&) = delete;
   Packed& operator=(const Packed&) = delete;
@@ -78,7 +95,8 @@ struct GgufWeightsBank::Packed {
   }
 };
 
-GgufWeightsBank::GgufWeightsBank(const GgufFile& f, std::string packed_dir) : f_(f), dir_(std::move(packed_dir)) {
+GgufWeightsBank::GgufWeightsBank(const GgufFile& f, std::string packed_dir, bool huge_pages)
+    : f_(f), dir_(std::move(packed_dir)), huge_(huge_pages) {
   struct stat st{};
   if (!dir_.empty() && ::stat(f_.path().c_str(), &st) == 0)
     mtime_ns_ = static_cast<int64_t>(st.st_mtim.tv_sec) * 1000000000 + st.st_mtim.tv_nsec;
@@ -107,8 +125,27 @@ const void* GgufWeightsBank::resolve(const blob::WeightRef& w) const {
     fail("{}: tensor '{}' is {} [{}] ({} bytes as {}) but the blob was compiled for type {} [{}] ({} bytes)", f_.path(),
          w.name, ggml_type_name(t->type), fmt::join(t->dims, ","), want, weight_layout_name(layout), w.type,
          fmt::join(w.shape, ","), w.bytes);
-  if (layout == WeightLayout::Rows) return t->data;
+  if (layout == WeightLayout::Rows) return huge_ && t->n_bytes >= kResidentMin ? resident(*t) : t->data;
   return packed(*t, w);
+}
+
+uint64_t GgufWeightsBank::huge_page_bytes() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  uint64_t n = 0;
+  for (const auto& [name, p] : packed_)
+    if (huge_) n += p->pages.size();
+  return n;
+}
+
+const void* GgufWeightsBank::resident(const GgufTensorInfo& t) const {
+  std::lock_guard<std::mutex> lock(mu_);
+  if (auto it = packed_.find(t.name); it != packed_.end()) return it->second->data();
+  auto p = std::make_unique<Packed>();
+  p->pages = PageBuffer(static_cast<size_t>(t.n_bytes));
+  std::memcpy(p->pages.data(), t.data, static_cast<size_t>(t.n_bytes));
+  p->pages.protect_read_only();
+  f_.release(t);
+  return packed_.emplace(t.name, std::move(p)).first->second->data();
 }
 
 std::string GgufWeightsBank::verify_file(const std::string& path) {
@@ -187,6 +224,7 @@ const void* GgufWeightsBank::packed(const GgufTensorInfo& t, const blob::WeightR
       }
       ::close(fd);
       if (p->map) {
+        if (huge_) p->make_resident(static_cast<size_t>(w.bytes));
         f_.release(t);  // never read here: keep its pages out of this process
         loaded_++;
         return packed_.emplace(w.name, std::move(p)).first->second->data();
@@ -202,14 +240,13 @@ const void* GgufWeightsBank::packed(const GgufTensorInfo& t, const blob::WeightR
     }
   }
   // Build it: pack from the mapping, then hand the source pages back.
-  Packed buf;
-  buf.map_bytes = static_cast<size_t>(w.bytes);
-  buf.map = ::mmap(nullptr, buf.map_bytes, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
-  if (buf.map == MAP_FAILED) {
-    buf.map = nullptr;
-    fail("{}: cannot allocate {} bytes to repack tensor '{}': {}", f_.path(), w.bytes, w.name, std::strerror(errno));
+  PageBuffer buf;
+  try {
+    buf = PageBuffer(static_cast<size_t>(w.bytes), huge_);
+  } catch (const Error& e) {
+    fail("{}: cannot repack tensor '{}': {}", f_.path(), w.name, e.what());
   }
-  auto* bytes = static_cast<uint8_t*>(buf.map);
+  uint8_t* bytes = buf.data();
   pack_panels16(t.type, t.data, rows, cols, bytes, 0, (rows + 15) / 16);
   f_.release(t);
   built_++;
@@ -220,9 +257,10 @@ const void* GgufWeightsBank::packed(const GgufTensorInfo& t, const blob::WeightR
     // Map the file just written (its pages are in the page cache) and drop the anonymous copy: the
     // process then holds pages the kernel may drop and reread. Mapped through the temporary file's
     // own descriptor, so it is these bytes whatever another process renames into place meanwhile.
+    // On huge pages the packed bytes stay where they are (the file is for the next start).
     void* m = MAP_FAILED;
     const std::string err = publish_file(path, parts, [&](int fd) {
-      m = ::mmap(nullptr, sizeof h + w.bytes, PROT_READ, MAP_PRIVATE, fd, 0);
+      if (!huge_) m = ::mmap(nullptr, sizeof h + w.bytes, PROT_READ, MAP_PRIVATE, fd, 0);
     });
     if (!err.empty()) {
       if (m != MAP_FAILED) ::munmap(m, sizeof h + w.bytes);
@@ -237,9 +275,8 @@ const void* GgufWeightsBank::packed(const GgufTensorInfo& t, const blob::WeightR
       return packed_.emplace(w.name, std::move(p)).first->second->data();
     }
   }
-  ::mprotect(buf.map, buf.map_bytes, PROT_READ);
-  std::swap(p->map, buf.map);
-  std::swap(p->map_bytes, buf.map_bytes);
+  buf.protect_read_only();
+  p->pages = std::move(buf);
   return packed_.emplace(w.name, std::move(p)).first->second->data();
 }
 

@@ -27,13 +27,17 @@ namespace npullm::npuw {
 class GgufWeightsBank final : public driver::WeightsBank {
  public:
   // packed_dir: where packed forms are kept; empty keeps them in memory only.
-  explicit GgufWeightsBank(const GgufFile& f, std::string packed_dir = "");
+  // huge_pages: every packed form, and every other weight of 2 MiB or more, is held in anonymous
+  // memory on transparent huge pages (common/page_buffer.h), read from its file once; the files
+  // are still written and verified as below. False: they stay mapped from their files.
+  explicit GgufWeightsBank(const GgufFile& f, std::string packed_dir = "", bool huge_pages = false);
   ~GgufWeightsBank() override;
   const void* resolve(const blob::WeightRef& w) const override;
 
   int packed_built() const { return built_; }    // packed forms made by this bank (not found on disk)
   int packed_loaded() const { return loaded_; }  // packed forms mapped from disk
   int packed_damaged() const { return damaged_; }  // files found damaged (removed and rebuilt)
+  uint64_t huge_page_bytes() const;  // weight bytes held in memory of their own (on huge pages)
 
   // Checks a packed file on its own: its header is well formed, its size is the header's, and the
   // hash of header and bytes matches. "" when it is whole, else what is wrong (for tests and tools;
@@ -43,13 +47,15 @@ class GgufWeightsBank final : public driver::WeightsBank {
  private:
   struct Packed;
   const void* packed(const GgufTensorInfo& t, const blob::WeightRef& w) const;
+  const void* resident(const GgufTensorInfo& t) const;  // a Rows weight copied onto huge pages
   static uint64_t sample_hash(const GgufTensorInfo& t);
 
   const GgufFile& f_;
   std::string dir_;
+  bool huge_ = false;
   int64_t mtime_ns_ = 0;  // of the GGUF file: packed forms made from an older file are rebuilt
   mutable std::mutex mu_;
-  mutable std::map<std::string, std::unique_ptr<Packed>> packed_;
+  mutable std::map<std::string, std::unique_ptr<Packed>> packed_;  // by tensor name (packed or resident)
   mutable int built_ = 0, loaded_ = 0, damaged_ = 0;
   mutable bool store_warned_ = false;
 };

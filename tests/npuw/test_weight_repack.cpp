@@ -1,6 +1,6 @@
 // Weights repacked into the layout the CPU device prefers (formats/weight_layout.h: Panels16) give
 // the same logits, bit for bit, as the GGUF layout; the packed forms are built once, kept beside
-// the blob cache and mapped on the next start, and a damaged one, or one made from other weight
+// the blob cache and read (onto huge pages) or mapped on the next start, and a damaged one, or one made from other weight
 // values under the same GGUF header, is rebuilt.
 #include <gtest/gtest.h>
 #include <unistd.h>
@@ -29,8 +29,9 @@ struct RunResult {
   npuw::RuntimeStats stats;
 };
 
-RunResult run(const std::string& model, bool repack, const std::string& cache_dir) {
+RunResult run(const std::string& model, bool repack, const std::string& cache_dir, bool huge_pages = true) {
   npuw::RuntimeConfig cfg;
+  cfg.huge_pages = huge_pages;
   cfg.prefill_chunk = 16;
   cfg.variants = {64};
   cfg.threads = 2;
@@ -73,11 +74,14 @@ TEST(WeightRepack, SameLogitsBuiltOnceThenMappedRebuiltWhenDamagedOrStale) {
     model::synth_write(o, model);
     const std::string cache = (dir / (std::string("cache-") + type)).string();
 
-    const RunResult rows = run(model, false, "");
+    // The GGUF layout, mapped from the file (no huge pages): the reference.
+    const RunResult rows = run(model, false, "", false);
     EXPECT_EQ(rows.stats.packed_weights_built, 0);
+    EXPECT_TRUE(same_bits(run(model, false, "").logits, rows.logits)) << "GGUF layout copied onto huge pages";
     const RunResult first = run(model, true, cache);
     EXPECT_GT(first.stats.packed_weights_built, 0);
     EXPECT_EQ(first.stats.packed_weights_cached, 0);
+    EXPECT_GT(first.stats.huge_page_weight_bytes, 0);
     EXPECT_TRUE(same_bits(first.logits, rows.logits));
 
     const RunResult second = run(model, true, cache);
@@ -85,6 +89,9 @@ TEST(WeightRepack, SameLogitsBuiltOnceThenMappedRebuiltWhenDamagedOrStale) {
     EXPECT_EQ(second.stats.packed_weights_cached, first.stats.packed_weights_built);
     EXPECT_EQ(second.stats.compiled_blobs, 0);
     EXPECT_TRUE(same_bits(second.logits, rows.logits));
+    const RunResult mapped = run(model, true, cache, false);  // the packed files mapped, not copied
+    EXPECT_EQ(mapped.stats.packed_weights_cached, first.stats.packed_weights_built);
+    EXPECT_TRUE(same_bits(mapped.logits, rows.logits));
 
     // Damage one packed file (cut short, then a wrong header): rebuilt, same logits.
     std::vector<fs::path> files;
@@ -147,6 +154,27 @@ TEST(WeightRepack, SameLogitsBuiltOnceThenMappedRebuiltWhenDamagedOrStale) {
       EXPECT_TRUE(same_bits(repacked.logits, fresh.logits));
     }
   }
+  fs::remove_all(dir);
+}
+
+// Weights kept in the GGUF layout are copied onto huge pages from 2 MiB up (here the F16 token
+// embedding and output projection of the tiny shape, 2 MiB each) and give the bits of the mapping.
+TEST(WeightRepack, GgufLayoutWeightsOnHugePagesGiveTheBitsOfTheMapping) {
+  const fs::path dir = fs::temp_directory_path() / ("npullm-huge-" + std::to_string(::getpid()));
+  fs::remove_all(dir);
+  fs::create_directories(dir);
+  const std::string model = (dir / "F16.gguf").string();
+  model::SynthOptions o;
+  o.shape = model::synth_preset("tiny");
+  o.type = model::synth_file_type("F16");
+  o.seed = 5;
+  o.threads = 2;
+  model::synth_write(o, model);
+  const RunResult mapped = run(model, true, "", false);
+  const RunResult copied = run(model, true, "", true);
+  EXPECT_EQ(mapped.stats.huge_page_weight_bytes, 0);
+  EXPECT_EQ(copied.stats.huge_page_weight_bytes, 2 * 4096 * 256 * 2) << "token_embd and output, nothing smaller";
+  EXPECT_TRUE(same_bits(copied.logits, mapped.logits));
   fs::remove_all(dir);
 }
 
