@@ -14,6 +14,8 @@
 #include "cli/busy_load.h"
 #include "cli/commands.h"
 #include "common/error.h"
+#include "blob/task.h"
+#include "device/device.h"
 #include "formats/gguf.h"
 
 namespace npullm::cli {
@@ -29,6 +31,15 @@ struct BenchOptions {
   bool json = false;
   RuntimeOptions rt;
 };
+
+// {"MatMul": ms per token, ...} for the ops whose stages ran.
+nlohmann::json stage_ms_json(const int64_t* stage_ns, int64_t tokens) {
+  nlohmann::json j = nlohmann::json::object();
+  for (int op = 0; op < device::Device::Counters::kOps; ++op)
+    if (stage_ns[op] > 0 && tokens > 0)
+      j[blob::op_name(static_cast<uint32_t>(op))] = static_cast<double>(stage_ns[op]) / 1e6 / static_cast<double>(tokens);
+  return j;
+}
 
 using Clock = std::chrono::steady_clock;
 double seconds(Clock::time_point a, Clock::time_point b) { return std::chrono::duration<double>(b - a).count(); }
@@ -97,6 +108,10 @@ int run(BenchOptions& o) {
   std::vector<double> pp, tg, ttft;
   double stages_per_token = 0, sync_per_token = 0;  // of the last tg run
   int64_t solo_periods = 0;  // of all tg runs: the worker pool ran alone after a thread was held up
+  // Of all tg runs: stage wall time by op code, and the tokens and seconds they cover.
+  int64_t stage_ns[device::Device::Counters::kOps] = {};
+  double tg_seconds = 0;
+  int64_t tg_tokens = 0;
   const npuw::RuntimeStats s0 = rt.stats();
   for (int64_t r = 0; r < o.repetitions; ++r) {
     if (o.n_prompt > 0) {
@@ -116,8 +131,12 @@ int run(BenchOptions& o) {
         auto logits = rt.decode(id);
         id = static_cast<int32_t>(std::max_element(logits.begin(), logits.end()) - logits.begin());
       }
-      tg.push_back(static_cast<double>(o.n_gen) / seconds(t0, Clock::now()));
+      const double took = seconds(t0, Clock::now());
+      tg.push_back(static_cast<double>(o.n_gen) / took);
       const auto c1 = rt.device_counters();
+      for (int op = 0; op < device::Device::Counters::kOps; ++op) stage_ns[op] += c1.stage_ns[op] - c0.stage_ns[op];
+      tg_seconds += took;
+      tg_tokens += o.n_gen;
       stages_per_token = static_cast<double>(c1.stages - c0.stages) / static_cast<double>(o.n_gen);
       sync_per_token = static_cast<double>(c1.parallel_stages - c0.parallel_stages) / static_cast<double>(o.n_gen);
       solo_periods += c1.solo_periods - c0.solo_periods;
@@ -199,6 +218,7 @@ int run(BenchOptions& o) {
                         {"stages_per_token", stages_per_token},
                         {"sync_points_per_token", sync_per_token},
                         {"solo_periods", solo_periods},
+                        {"stage_ms_per_token", stage_ms_json(stage_ns, tg_tokens)},
                         // The K/V allocation: full-length layers' rows plus the sliding-window rings.
                         {"kv", {{"bytes", rt.stats().kv_bytes},
                                 {"bytes_per_position", rt.stats().kv_row_bytes},
@@ -231,6 +251,21 @@ int run(BenchOptions& o) {
       fmt::print("decode: {:.0f} stages per token, {:.0f} of them on several threads (synchronisation points); "
                  "{} time(s) the threads fell back to one for a while (a thread held up by another process)\n",
                  stages_per_token, sync_per_token, solo_periods);
+    if (tg_tokens > 0) {
+      // Where a token's time goes: the stages by op, and what runs between them (sampling the
+      // logits, the runtime's bookkeeping, submitting to the queue).
+      const double per_token_ms = tg_seconds * 1e3 / static_cast<double>(tg_tokens);
+      double staged_ms = 0;
+      std::string parts;
+      for (int op = 0; op < device::Device::Counters::kOps; ++op) {
+        if (stage_ns[op] == 0) continue;
+        const double ms = static_cast<double>(stage_ns[op]) / 1e6 / static_cast<double>(tg_tokens);
+        staged_ms += ms;
+        parts += fmt::format("{}{} {:.2f} ms ({:.0f}%)", parts.empty() ? "" : ", ", blob::op_name(static_cast<uint32_t>(op)), ms,
+                             100.0 * ms / per_token_ms);
+      }
+      fmt::print("decode time per token {:.2f} ms: {}; between stages {:.2f} ms\n", per_token_ms, parts, per_token_ms - staged_ms);
+    }
     const npuw::RuntimeStats& st = rt.stats();
     fmt::print("K/V {:.2f} MiB: {} bytes per position (full-length layers) x {} rows x {} slot(s){}\n", st.kv_bytes / 1048576.0,
                st.kv_row_bytes, rt.capacity(), rt.slots(),

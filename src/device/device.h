@@ -44,6 +44,10 @@ class Device {
     // Times a device with several threads ran alone for a while because one of its threads was
     // held up (another process had the core; cpu::WorkerPool's busy-machine fallback).
     int64_t solo_periods = 0;
+    // Wall time of the stages, by the op code of each stage's first task (blob::OpCode; a fused
+    // stage counts as its MatMul or ScatterRows): where a token's time goes.
+    static constexpr int kOps = 16;
+    int64_t stage_ns[kOps] = {};
   };
   virtual Counters counters() const { return {}; }
 };

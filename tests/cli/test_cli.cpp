@@ -208,6 +208,16 @@ TEST(CliTools, BenchJsonReportsTheIssueFields) {
   EXPECT_GT(j["ttft_ms"].get<double>(), 0.0);
   EXPECT_GT(j["peak_rss_bytes"].get<double>(), 0.0);
   EXPECT_EQ(j["kv_bytes_copied_per_token"].get<double>(), 0.0);
+  // Where a decode token's time goes, by the op of each stage: matmuls and attention ran, and the
+  // stages together take no more than the tokens did (a stage is timed inside the token).
+  double staged_ms = 0;
+  for (const char* op : {"MatMul", "Attention", "Embed"}) {
+    ASSERT_TRUE(j["stage_ms_per_token"].contains(op)) << op << ": " << j["stage_ms_per_token"];
+    EXPECT_GT(j["stage_ms_per_token"][op].get<double>(), 0.0) << op;
+  }
+  for (const auto& [op, ms] : j["stage_ms_per_token"].items()) staged_ms += ms.get<double>();
+  EXPECT_LT(staged_ms, 1.25 * 1000.0 / j["tg"]["tps_mean"].get<double>()) << j["stage_ms_per_token"];
+  EXPECT_TRUE(j["huge_pages"].get<bool>());
   EXPECT_EQ(j["prefill_chunk"], 32);
   EXPECT_GE(j["padded_fraction"].get<double>(), 0.0);
   EXPECT_LT(j["padded_fraction"].get<double>(), 0.5) << "the 8-token TTFT prompt runs the 8-row ladder blob";

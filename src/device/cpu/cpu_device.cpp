@@ -1,6 +1,7 @@
 #include "device/cpu/cpu_device.h"
 
 #include <algorithm>
+#include <chrono>
 #include <thread>
 #include <vector>
 
@@ -347,6 +348,7 @@ class CpuDevice final : public device::Device {
 
   // Cuts each task of the stage into chunks, numbers all chunks 0..n-1, and lets the pool take them.
   void run_stage(const TaskDesc* tasks, size_t n) {
+    const auto t0 = std::chrono::steady_clock::now();
     ++epoch_;
     apply_prologues(tasks, n);
     prequantize(tasks, n);
@@ -379,6 +381,8 @@ class CpuDevice final : public device::Device {
     }, parallel);
     counters_.stages++;
     counters_.parallel_stages += parallel;
+    if (n > 0 && tasks[0].op < Counters::kOps)
+      counters_.stage_ns[tasks[0].op] += std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::steady_clock::now() - t0).count();
   }
 
   // One activation quantisation of a stage and the tasks that use it.
