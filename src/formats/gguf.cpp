@@ -433,11 +433,14 @@ GgufFile::~GgufFile() {
   if (owns_mapping_ && base_) ::munmap(const_cast<uint8_t*>(base_), size_);
 }
 
-void GgufFile::release(const GgufTensorInfo& t) const {
-  if (!owns_mapping_ || !t.data || t.n_bytes == 0) return;
+void GgufFile::release(const GgufTensorInfo& t) const { release(t, 0, t.n_bytes); }
+
+void GgufFile::release(const GgufTensorInfo& t, uint64_t offset, uint64_t bytes) const {
+  if (!owns_mapping_ || !t.data || offset >= t.n_bytes || bytes == 0) return;
+  bytes = std::min(bytes, t.n_bytes - offset);
   const auto page = static_cast<uintptr_t>(::sysconf(_SC_PAGESIZE));
-  const auto begin = (reinterpret_cast<uintptr_t>(t.data) + page - 1) / page * page;  // whole pages inside
-  const auto end = (reinterpret_cast<uintptr_t>(t.data) + t.n_bytes) / page * page;
+  const auto begin = (reinterpret_cast<uintptr_t>(t.data + offset) + page - 1) / page * page;  // whole pages inside
+  const auto end = (reinterpret_cast<uintptr_t>(t.data + offset) + bytes) / page * page;
   if (end <= begin) return;
   // MADV_RANDOM too: no read-ahead and no fault-around into these pages when a neighbouring
   // tensor is read (fault-around maps up to 64 KiB of cached pages around each fault).

@@ -92,6 +92,8 @@ class GgufFile {
   // faults them in again). For a tensor only read once, to build another form of it, so that it
   // does not stay in this process's resident memory. No effect on an in-memory image.
   void release(const GgufTensorInfo& t) const;
+  // The same for the whole pages inside bytes [offset, offset + bytes) of the tensor.
+  void release(const GgufTensorInfo& t, uint64_t offset, uint64_t bytes) const;
 
  private:
   GgufFile() = default;

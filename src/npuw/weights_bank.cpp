@@ -5,6 +5,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <cstring>
 #include <filesystem>
@@ -66,27 +67,31 @@ std::string header_problem(const PackedHeader& h, uint64_t size) {
   return "";
 }
 
+// Reads n bytes at `offset` of fd into dst: "" or what went wrong.
+std::string read_at(int fd, uint8_t* dst, size_t n, uint64_t offset) {
+  while (n > 0) {
+    const ssize_t got = ::pread(fd, dst, n, static_cast<off_t>(offset));
+    if (got < 0 && errno == EINTR) continue;
+    if (got < 0) return std::strerror(errno);
+    if (got == 0) return "the file ended early";
+    dst += got;
+    n -= static_cast<size_t>(got);
+    offset += static_cast<uint64_t>(got);
+  }
+  return "";
+}
+
 }  // namespace
 
 // One packed tensor: a read-only mapping of its file (data after the header), or anonymous pages
 // of its own (data at 0). Pages straight from mmap, not the heap: a transient packing buffer goes
 // back to the system when unmapped, where freed heap blocks of this size could stay resident.
-// With huge pages on, the bytes live in `pages` instead (copied there from the mapping).
+// With huge pages on, the bytes live in `pages` instead (read or copied there).
 struct GgufWeightsBank::Packed {
   void* map = nullptr;
   size_t map_bytes = 0, data_offset = 0;
   PageBuffer pages;
   const void* data() const { return pages.data() ? pages.data() : static_cast<const uint8_t*>(map) + data_offset; }
-  // Moves the mapped bytes onto huge pages and drops the mapping.
-  void make_resident(size_t bytes) {
-    PageBuffer copy(bytes);
-    std::memcpy(copy.data(), static_cast<const uint8_t*>(map) + data_offset, bytes);
-    copy.protect_read_only();
-    ::munmap(map, map_bytes);
-    map = nullptr;
-    map_bytes = data_offset = 0;
-    pages = std::move(copy);
-  }
   Packed() = default;
   Packed(const Packed&) = delete;
   Packed& operator=(const Packed&) = delete;
@@ -142,9 +147,16 @@ const void* GgufWeightsBank::resident(const GgufTensorInfo& t) const {
   if (auto it = packed_.find(t.name); it != packed_.end()) return it->second->data();
   auto p = std::make_unique<Packed>();
   p->pages = PageBuffer(static_cast<size_t>(t.n_bytes));
-  std::memcpy(p->pages.data(), t.data, static_cast<size_t>(t.n_bytes));
+  // In pieces, each handed back to the page cache once copied: the process holds one form of the
+  // tensor at a time, not the mapping and the copy (a tied embedding is 100+ MiB).
+  constexpr uint64_t kPiece = uint64_t{16} << 20;
+  for (uint64_t at = 0; at < t.n_bytes; at += kPiece) {
+    const uint64_t n = std::min(kPiece, t.n_bytes - at);
+    std::memcpy(p->pages.data() + at, t.data + at, static_cast<size_t>(n));
+    f_.release(t, at, n);
+  }
+  f_.release(t);  // the pages that straddled two pieces
   p->pages.protect_read_only();
-  f_.release(t);
   return packed_.emplace(t.name, std::move(p)).first->second->data();
 }
 
@@ -204,27 +216,48 @@ const void* GgufWeightsBank::packed(const GgufTensorInfo& t, const blob::WeightR
       }
       if (damage.empty() && !stale) {
         // The hash first, so that a flipped bit in the header is reported as damage, not taken for
-        // a file made from other weights. MAP_POPULATE: the hash reads every page anyway; mapping
-        // them in one call costs far less than taking a fault per page.
-        void* m = ::mmap(nullptr, static_cast<size_t>(st.st_size), PROT_READ, MAP_PRIVATE | MAP_POPULATE, fd, 0);
-        if (m == MAP_FAILED) {
-          damage = fmt::format("cannot map it: {}", std::strerror(errno));
-        } else if (entry_hash(h, static_cast<const uint8_t*>(m) + sizeof h, static_cast<size_t>(h.bytes)) != h.data_hash) {
-          damage = "its bytes do not match their hash";
-          ::munmap(m, static_cast<size_t>(st.st_size));
-        } else if (h.type != want.type || h.layout != want.layout || h.rows != rows || h.cols != cols || h.bytes != w.bytes ||
-                   h.source != want.source || h.mtime_ns != want.mtime_ns || h.sample != want.sample) {
-          stale = true;  // whole, but made from other weights: rebuilt (and replaced) quietly
-          ::munmap(m, static_cast<size_t>(st.st_size));
+        // a file made from other weights. Mapped with MAP_POPULATE (the hash reads every page
+        // anyway; one call costs far less than a fault per page), or, on huge pages, read into
+        // them: the process then never holds the file's pages and the copy at once.
+        const bool other = h.type != want.type || h.layout != want.layout || h.rows != rows || h.cols != cols ||
+                           h.bytes != w.bytes || h.source != want.source || h.mtime_ns != want.mtime_ns || h.sample != want.sample;
+        if (huge_) {
+          PageBuffer pages;
+          try {
+            pages = PageBuffer(static_cast<size_t>(h.bytes));
+          } catch (const Error& e) {
+            damage = e.what();
+          }
+          if (damage.empty()) damage = read_at(fd, pages.data(), static_cast<size_t>(h.bytes), sizeof h);
+          if (!damage.empty()) {
+            damage = "cannot read it: " + damage;
+          } else if (entry_hash(h, pages.data(), static_cast<size_t>(h.bytes)) != h.data_hash) {
+            damage = "its bytes do not match their hash";
+          } else if (other) {
+            stale = true;  // whole, but made from other weights: rebuilt (and replaced) quietly
+          } else {
+            pages.protect_read_only();
+            p->pages = std::move(pages);
+          }
         } else {
-          p->map = m;
-          p->map_bytes = static_cast<size_t>(st.st_size);
-          p->data_offset = sizeof(PackedHeader);
+          void* m = ::mmap(nullptr, static_cast<size_t>(st.st_size), PROT_READ, MAP_PRIVATE | MAP_POPULATE, fd, 0);
+          if (m == MAP_FAILED) {
+            damage = fmt::format("cannot map it: {}", std::strerror(errno));
+          } else if (entry_hash(h, static_cast<const uint8_t*>(m) + sizeof h, static_cast<size_t>(h.bytes)) != h.data_hash) {
+            damage = "its bytes do not match their hash";
+            ::munmap(m, static_cast<size_t>(st.st_size));
+          } else if (other) {
+            stale = true;
+            ::munmap(m, static_cast<size_t>(st.st_size));
+          } else {
+            p->map = m;
+            p->map_bytes = static_cast<size_t>(st.st_size);
+            p->data_offset = sizeof(PackedHeader);
+          }
         }
       }
       ::close(fd);
-      if (p->map) {
-        if (huge_) p->make_resident(static_cast<size_t>(w.bytes));
+      if (p->map || p->pages.data()) {
         f_.release(t);  // never read here: keep its pages out of this process
         loaded_++;
         return packed_.emplace(w.name, std::move(p)).first->second->data();
