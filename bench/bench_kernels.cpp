@@ -67,17 +67,17 @@ __attribute__((target("avx2"))) int64_t read_avx2(const uint8_t* p, size_t n) {
 // Memory as the runtime holds weights and K/V: on transparent huge pages where the kernel gives
 // them (common/page_buffer.h), so the read loop and the kernels see the same TLB behaviour.
 // NPULLM_BENCH_SMALL_PAGES=1 measures both on 4 KiB pages instead.
-using Buffer = std::unique_ptr<npullm::PageBuffer>;
+using Buffer = npullm::PageBuffer;
 
 Buffer alloc(size_t n) {
   static const bool huge = std::getenv("NPULLM_BENCH_SMALL_PAGES") == nullptr;
-  return std::make_unique<npullm::PageBuffer>((n + 63) / 64 * 64, huge);
+  return Buffer((n + 63) / 64 * 64, huge);
 }
 
 void BM_Read(benchmark::State& st, int threads) {
   const size_t n = size_t{1} << 30;
   Buffer buf = alloc(n);
-  for (size_t i = 0; i < n; i += 4096) std::memset(buf->data() + i, static_cast<int>(i >> 12), 4096);
+  for (size_t i = 0; i < n; i += 4096) std::memset(buf.data() + i, static_cast<int>(i >> 12), 4096);
   // (a separate GiB from the decode arena: both together exceed any cache)
   cpu::WorkerPool pool(threads);
   const bool avx512 = __builtin_cpu_supports("avx512f");
@@ -85,7 +85,7 @@ void BM_Read(benchmark::State& st, int threads) {
   int64_t sink = 0;
   for (auto _ : st) {
     pool.run(threads, [&](int64_t item, int) {
-      const uint8_t* p = buf->data() + static_cast<size_t>(item) * per;
+      const uint8_t* p = buf.data() + static_cast<size_t>(item) * per;
       const int64_t r = avx512 ? read_avx512(p, per) : read_avx2(p, per);
       if (r == 42) sink += 1;  // keeps the loop
     });
@@ -142,7 +142,7 @@ constexpr size_t kArenaBytes = size_t{1} << 30;
 
 uint8_t* arena() {
   static Buffer a = alloc(kArenaBytes);
-  return a->data();
+  return a.data();
 }
 
 struct Problem {
@@ -169,15 +169,15 @@ std::unique_ptr<Problem> make_problem(GgmlType t, int64_t M, int64_t K, int64_t 
     p->n_copies = kArenaBytes / p->stride;
   } else {
     p->own = alloc(p->stride);
-    p->base = p->own->data();
+    p->base = p->own.data();
   }
   if (layout == npullm::WeightLayout::Rows) {
     fill_weights(t, p->base, p->n_copies * p->stride, 1234);
   } else {  // one matrix made as rows, packed, and copied
     const size_t rows_bytes = npullm::ggml_row_bytes(t, K) * static_cast<size_t>(N);
     Buffer rows = alloc(rows_bytes);
-    fill_weights(t, rows->data(), rows_bytes, 1234);
-    npullm::pack_panels16(t, rows->data(), N, K, p->base, 0, (N + 15) / 16);
+    fill_weights(t, rows.data(), rows_bytes, 1234);
+    npullm::pack_panels16(t, rows.data(), N, K, p->base, 0, (N + 15) / 16);
     for (size_t i = 1; i < p->n_copies; ++i) std::memcpy(p->base + i * p->stride, p->base, p->matrix_bytes);
   }
   uint64_t seed = 7;
@@ -244,7 +244,7 @@ void BM_PrefillIsa(benchmark::State& st, std::string isa, GgmlType t, int64_t M,
   auto p = make_problem(t, M, K, N, threads, /*use_arena=*/false);
   const int64_t xq_bytes = cpu::prequantized_x_bytes(t, M, K);
   Buffer xq = alloc(static_cast<size_t>(std::max<int64_t>(xq_bytes, 64)));
-  if (xq_bytes > 0) cpu::prequantize_x(t, p->x.data(), M, K, xq->data(), 0, M);
+  if (xq_bytes > 0) cpu::prequantize_x(t, p->x.data(), M, K, xq.data(), 0, M);
   cpu::WorkerPool pool(threads);
   const int64_t grain = 16;
   const int64_t chunks = std::min<int64_t>((N + grain - 1) / grain, pool.threads() * 4);
@@ -255,7 +255,7 @@ void BM_PrefillIsa(benchmark::State& st, std::string isa, GgmlType t, int64_t M,
       const int64_t b = std::min(N, c * step), e = std::min(N, b + step);
       if (b < e)
         cpu::matmul(p->x.data(), M, K, p->copy(0), t, nullptr, nullptr, p->out.data(), N, b, e,
-                    p->work[static_cast<size_t>(worker)].data(), xq_bytes > 0 ? xq->data() : nullptr);
+                    p->work[static_cast<size_t>(worker)].data(), xq_bytes > 0 ? xq.data() : nullptr);
     });
   }
   benchmark::DoNotOptimize(p->out.data());

@@ -26,6 +26,7 @@
 
 #include "common/error.h"
 #include "formats/ggml_types.h"
+#include "model/synth.h"
 
 namespace npullm::test {
 
@@ -34,6 +35,19 @@ namespace npullm::test {
 #endif
 
 // $NPULLM_SHARED_DIR, else the folder built in.
+// Writes a seeded synth model (`npullm synth --preset P --type T`, 2 threads) to `path`; returns
+// the options it was made with (its shape, for the vocabulary size and the like).
+inline model::SynthOptions write_synth(const std::string& path, const std::string& preset, const std::string& type,
+                                       uint64_t seed) {
+  model::SynthOptions o;
+  o.shape = model::synth_preset(preset);
+  o.type = model::synth_file_type(type);
+  o.seed = seed;
+  o.threads = 2;
+  model::synth_write(o, path);
+  return o;
+}
+
 inline std::string shared_dir() {
   if (const char* e = std::getenv("NPULLM_SHARED_DIR"); e && *e) return e;
   return NPULLM_SHARED_DIR;

@@ -137,8 +137,8 @@ const void* GgufWeightsBank::resolve(const blob::WeightRef& w) const {
 uint64_t GgufWeightsBank::huge_page_bytes() const {
   std::lock_guard<std::mutex> lock(mu_);
   uint64_t n = 0;
-  for (const auto& [name, p] : packed_)
-    if (huge_) n += p->pages.size();
+  if (huge_)
+    for (const auto& [name, p] : packed_) n += p->pages.size();
   return n;
 }
 
@@ -222,13 +222,15 @@ const void* GgufWeightsBank::packed(const GgufTensorInfo& t, const blob::WeightR
         const bool other = h.type != want.type || h.layout != want.layout || h.rows != rows || h.cols != cols ||
                            h.bytes != w.bytes || h.source != want.source || h.mtime_ns != want.mtime_ns || h.sample != want.sample;
         if (huge_) {
+          // Memory the system cannot give says nothing about the file: the run fails, the file stays.
           PageBuffer pages;
           try {
             pages = PageBuffer(static_cast<size_t>(h.bytes));
           } catch (const Error& e) {
-            damage = e.what();
+            ::close(fd);
+            fail("{}: cannot load packed weight {}: {}", f_.path(), path, e.what());
           }
-          if (damage.empty()) damage = read_at(fd, pages.data(), static_cast<size_t>(h.bytes), sizeof h);
+          damage = read_at(fd, pages.data(), static_cast<size_t>(h.bytes), sizeof h);
           if (!damage.empty()) {
             damage = "cannot read it: " + damage;
           } else if (entry_hash(h, pages.data(), static_cast<size_t>(h.bytes)) != h.data_hash) {

@@ -237,12 +237,7 @@ TEST(KvType, F16AndQ8_0LogitsStayCloseToF32OnAnF32Model) {
   const auto dir = std::filesystem::temp_directory_path() / ("npullm-kvtype-synth-" + std::to_string(::getpid()));
   std::filesystem::create_directories(dir);
   const std::string path = (dir / "tiny-f32.gguf").string();
-  model::SynthOptions o;
-  o.shape = model::synth_preset("tiny");
-  o.type = model::synth_file_type("F32");
-  o.seed = 7;
-  o.threads = 2;
-  model::synth_write(o, path);
+  const model::SynthOptions o = test::write_synth(path, "tiny", "F32", 7);
   const int64_t V = o.shape.n_vocab;
   std::vector<int32_t> tokens(64);
   uint64_t x = 12345;

@@ -66,12 +66,7 @@ TEST(WeightRepack, SameLogitsBuiltOnceThenMappedRebuiltWhenDamagedOrStale) {
   for (const char* type : {"Q4_K_M", "Q8_0", "Q4_0"}) {
     SCOPED_TRACE(type);
     const std::string model = (dir / (std::string(type) + ".gguf")).string();
-    model::SynthOptions o;
-    o.shape = model::synth_preset("tiny");
-    o.type = model::synth_file_type(type);
-    o.seed = 3;
-    o.threads = 2;
-    model::synth_write(o, model);
+    test::write_synth(model, "tiny", type, 3);
     const std::string cache = (dir / (std::string("cache-") + type)).string();
 
     // The GGUF layout, mapped from the file (no huge pages): the reference.
@@ -164,12 +159,7 @@ TEST(WeightRepack, GgufLayoutWeightsOnHugePagesGiveTheBitsOfTheMapping) {
   fs::remove_all(dir);
   fs::create_directories(dir);
   const std::string model = (dir / "F16.gguf").string();
-  model::SynthOptions o;
-  o.shape = model::synth_preset("tiny");
-  o.type = model::synth_file_type("F16");
-  o.seed = 5;
-  o.threads = 2;
-  model::synth_write(o, model);
+  test::write_synth(model, "tiny", "F16", 5);
   const RunResult mapped = run(model, true, "", false);
   const RunResult copied = run(model, true, "", true);
   EXPECT_EQ(mapped.stats.huge_page_weight_bytes, 0);
