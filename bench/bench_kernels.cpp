@@ -11,6 +11,7 @@
 //                             memory, not from cache, as in a real model.
 // Prefill/<type>/M/K/N/<threads>  M tokens at once; FLOP/s = 2 M N K / time.
 // AttentionDecode/F16/C       one token's attention over C keys (TinyLlama's heads), one thread.
+// AttentionDecodeCold/F16/C   the same with K/V from memory (another copy each time, as in decode).
 // PoolStage/<threads>         an empty stage of the worker pool: its synchronisation cost.
 // PrefillIsa/<isa>/<type>/M/K/N/<threads>  the same on a forced path (avx512 = VNNI, amx), x
 //                             quantised up front as the device does: paths side by side in one run.
@@ -284,6 +285,31 @@ void BM_AttentionDecode(benchmark::State& st, int64_t C) {
   st.counters["keys/s"] = benchmark::Counter(double(H) * double(C) * double(st.iterations()), benchmark::Counter::kIsRate);
 }
 
+// The same over K/V that is not in any cache, as in a decode step, where a layer's K/V was last
+// read a whole token (all the weights) ago: a different copy of K/V each iteration, from 512 MiB.
+void BM_AttentionDecodeCold(benchmark::State& st, int64_t C) {
+  const int64_t H = 32, Hkv = 4, hd = 64;
+  std::vector<float> q(static_cast<size_t>(H * hd)), out(q.size()), work(static_cast<size_t>(cpu::attention_work_floats(C)));
+  std::vector<float> kf(static_cast<size_t>(C * Hkv * hd));
+  for (size_t i = 0; i < q.size(); ++i) q[i] = static_cast<float>((i * 7919) % 97) / 97.0f - 0.5f;
+  for (size_t i = 0; i < kf.size(); ++i) kf[i] = static_cast<float>((i * 104729) % 89) / 89.0f - 0.5f;
+  const size_t bytes = static_cast<size_t>(ggml_row_bytes(GgmlType::F16, static_cast<int64_t>(kf.size())));
+  const size_t copies = std::max<size_t>(2, (size_t{512} << 20) / (2 * bytes));
+  npullm::PageBuffer kv(2 * bytes * copies, true);
+  quantize_row(GgmlType::F16, kf.data(), kv.data(), static_cast<int64_t>(kf.size()));
+  for (size_t c = 1; c < 2 * copies; ++c) std::memcpy(kv.data() + c * bytes, kv.data(), bytes);
+  std::vector<float> mask(static_cast<size_t>(C), 0.0f);
+  size_t c = 0;
+  for (auto _ : st) {
+    const uint8_t* k = kv.data() + 2 * c * bytes;
+    cpu::attention(q.data(), k, GgmlType::F16, k + bytes, GgmlType::F16, mask.data(), out.data(), H, Hkv, hd, C, 0, 0.125f, 0, H,
+                   work.data());
+    c = (c + 1) % copies;
+  }
+  benchmark::DoNotOptimize(out.data());
+  st.counters["keys/s"] = benchmark::Counter(double(H) * double(C) * double(st.iterations()), benchmark::Counter::kIsRate);
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -296,6 +322,7 @@ int main(int argc, char** argv) {
   const std::pair<int64_t, int64_t> decode_shapes[] = {{2048, 5632}, {2048, 2048}, {5632, 2048}};
   for (int64_t C : {32, 256, 1024})
     benchmark::RegisterBenchmark(("AttentionDecode/F16/" + std::to_string(C)).c_str(), BM_AttentionDecode, C)->Unit(benchmark::kMicrosecond);
+  benchmark::RegisterBenchmark("AttentionDecodeCold/F16/1024", BM_AttentionDecodeCold, 1024)->Unit(benchmark::kMicrosecond);
   for (int threads : {1, 2}) {
     benchmark::RegisterBenchmark(("Read/" + std::to_string(threads)).c_str(), BM_Read, threads)->UseRealTime();
     benchmark::RegisterBenchmark(("PoolStage/" + std::to_string(threads)).c_str(), BM_PoolStage, threads)

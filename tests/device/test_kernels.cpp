@@ -856,7 +856,8 @@ TEST_P(KernelIsa, AttentionOverARingGivesTheBitsOfTheFullWindow) {
 // mask's -inf) and keys whose weight underflows to 0 for some heads only (large scores).
 TEST_P(KernelIsa, AttentionGroupsGiveTheBitsOfOneHeadAtATime) {
   struct Shape { int64_t S, H, Hkv, hd, C; };
-  const Shape shapes[] = {{1, 32, 4, 64, 77}, {3, 14, 2, 64, 21}, {2, 12, 1, 32, 40}, {2, 6, 2, 128, 33}, {1, 16, 8, 64, 50}};
+  const Shape shapes[] = {{1, 32, 4, 64, 77}, {3, 14, 2, 64, 21}, {2, 12, 1, 32, 40}, {2, 6, 2, 128, 33},
+                          {1, 16, 8, 64, 50}, {2, 8, 2, 96, 45},  {1, 8, 1, 256, 40}, {1, 10, 2, 128, 300}};
   uint32_t seed = 31000;
   for (const Shape& sh : shapes)
     for (GgmlType kt : kKvTypesForRing)

@@ -15,6 +15,7 @@
 #include "device/cpu/kernels_impl.h"
 #include "device/cpu/kernels_int8.h"
 #include "device/cpu/kernels_avx512_io.h"
+#include "device/cpu/kernels_avx512_attention.h"
 
 namespace npullm::cpu::detail {
 namespace {
@@ -91,6 +92,13 @@ struct Avx512Ops {
   static V load_q8(const uint8_t* qs, V d) {
     const __m128i q = _mm_loadu_si128(reinterpret_cast<const __m128i*>(qs));
     return _mm512_mul_ps(_mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(q)), d);
+  }
+
+  // Decode attention of a group of heads over F16 K/V (false: not a shape it handles).
+  static bool attention_group_f16(const float* q, const uint8_t* k, const uint8_t* v, const float* mrow, float* out,
+                                  int64_t n, int64_t Hkv, int64_t g, int64_t hd, int64_t C, int64_t rot, float scale,
+                                  float* scores) {
+    return attention_group_f16_dispatch<Avx512Ops>(q, k, v, mrow, out, n, Hkv, g, hd, C, rot, scale, scores);
   }
 
   template <GgmlType T>

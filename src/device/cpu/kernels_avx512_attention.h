@@ -1,0 +1,260 @@
+// Decode attention of a group of N query heads sharing one F16 K/V head of HD = 16 * NV dims
+// (64, 96, 128 or 256),
+// AVX-512 only (included by kernels_avx512.cpp, after kernels_impl.h; the linkage rule there
+// applies). It gives every head the bits attention_one_row gives it; what changes is how the work
+// is laid out, because the per-key bookkeeping, not the arithmetic, was what cost:
+//
+//  - Scores go 16 keys at a time. A key's dot product with a head is one 16-lane accumulator (the
+//    summation order of kernels_impl.h); its lanes are summed by hsum's fixed tree, pairing lane i
+//    with i + 8, then i + 4, i + 2, i + 1. Here the same pairs are added for 16 keys together, two
+//    vectors at a time, with shuffles (each level halves the vectors), so the 16 sums come out in
+//    one vector: scaled, masked, stored and max-ed as a vector instead of one scalar at a time.
+//  - Value sums go 16 keys at a time too: where no weight in the tile is 0 (the common case) the
+//    weights are normalised with one vector multiply per head and the keys' fma run without a test
+//    per head and key; a tile with a zero weight takes the per-key path that skips it, as
+//    attention_one_row does (a masked key's V row is never read).
+//  - Tiles that are partly masked, wrap around a ring, or run past C go key by key.
+#pragma once
+#include <immintrin.h>
+
+#include <cstdint>
+
+namespace npullm::cpu::detail {
+namespace {
+
+inline constexpr int64_t kAttnTile = 16;           // keys per tile (one vector of scores)
+// K and V rows are fetched this many tiles ahead while the scores are computed, a few lines per
+// pair of keys: in bursts (a tile's worth at once) the fetches waited for free fill buffers and
+// held up the arithmetic. Into L2 (T1, V further out with T2): 1,024 keys of TinyLlama's group,
+// from memory, took 152 us on one core this way, 172 us with a burst per tile into L1, 254 us
+// with no fetches (80 us with K/V in cache; bench_kernels AttentionDecodeCold).
+inline constexpr int64_t kAttnPrefetchTiles = 2;
+
+// One key's dot products with the N heads' queries (q is [N, HD]), in attention_heads' order.
+template <int N, int NV>
+inline void attn_key_dots(const float* q, const uint8_t* kr, __m512 (&acc)[N]) {
+  __m512 kv[NV];
+#pragma GCC unroll 16
+  for (int i = 0; i < NV; ++i) kv[i] = _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(kr + 32 * i)));
+#pragma GCC unroll 16
+  for (int j = 0; j < N; ++j) {
+    acc[j] = _mm512_setzero_ps();
+#pragma GCC unroll 16
+    for (int i = 0; i < NV; ++i) acc[j] = _mm512_fmadd_ps(kv[i], _mm512_loadu_ps(q + j * 16 * NV + 16 * i), acc[j]);
+  }
+}
+
+// hsum's tree for 16 vectors at once: in[m] holds keys 2m and 2m + 1 after the first level (each
+// 256-bit half one key's v[i] + v[i + 8]); returns the 16 keys' sums in key order.
+inline __m512 attn_reduce16(const float* lvl1) {
+  __m512 u[4];
+#pragma GCC unroll 4
+  for (int n = 0; n < 4; ++n) {  // i + 4: one key's 4 partial sums per 128-bit lane, keys 4n..4n+3
+    const __m512 s = _mm512_load_ps(lvl1 + 32 * n), t = _mm512_load_ps(lvl1 + 32 * n + 16);
+    u[n] = _mm512_add_ps(_mm512_shuffle_f32x4(s, t, 0x88), _mm512_shuffle_f32x4(s, t, 0xDD));
+  }
+  // i + 2: lane k holds keys k (elements 0, 1) and 4 + k (elements 2, 3); then 8 + k and 12 + k.
+  const __m512 x0 = _mm512_add_ps(_mm512_shuffle_ps(u[0], u[1], 0x44), _mm512_shuffle_ps(u[0], u[1], 0xEE));
+  const __m512 x1 = _mm512_add_ps(_mm512_shuffle_ps(u[2], u[3], 0x44), _mm512_shuffle_ps(u[2], u[3], 0xEE));
+  // i + 1: element 4k + m is key 4m + k.
+  const __m512 z = _mm512_add_ps(_mm512_shuffle_ps(x0, x1, 0x88), _mm512_shuffle_ps(x0, x1, 0xDD));
+  const __m512i order = _mm512_set_epi32(15, 11, 7, 3, 14, 10, 6, 2, 13, 9, 5, 1, 12, 8, 4, 0);
+  return _mm512_permutexvar_ps(order, z);
+}
+
+// Heads [J0, J0 + NH) of the group, value vectors [D0, D0 + ND) of HD: out_j += p_jt v_t over the
+// keys in order, accumulators in registers across all keys.
+template <int N, int NV, int J0, int NH, int D0, int ND>
+inline void attn_value_pass(const uint8_t* vg, int64_t stride, const float* mrow, int64_t C, int64_t rot,
+                            const float* scores, const float (&inv)[N], const bool (&live)[N], float* out) {
+  constexpr int HD = 16 * NV;
+  bool all_live = true;
+  for (int j = J0; j < J0 + NH; ++j) all_live = all_live && live[j];
+  __m512 acc[NH][ND];
+#pragma GCC unroll 16
+  for (int j = 0; j < NH; ++j)
+#pragma GCC unroll 16
+    for (int i = 0; i < ND; ++i) acc[j][i] = _mm512_setzero_ps();
+  alignas(64) float pn[NH][kAttnTile];
+  for (int64_t t0 = 0; t0 < C; t0 += kAttnTile) {
+    const int64_t row0 = t0 + rot < C ? t0 + rot : t0 + rot - C;
+    if (all_live && t0 + kAttnTile <= C && row0 + kAttnTile <= C) {
+      __mmask16 zero = 0;
+#pragma GCC unroll 16
+      for (int j = 0; j < NH; ++j) {
+        const __m512 e = _mm512_loadu_ps(scores + (J0 + j) * C + t0);
+        zero |= _mm512_cmp_ps_mask(e, _mm512_setzero_ps(), _CMP_EQ_OQ);
+        _mm512_store_ps(pn[j], _mm512_mul_ps(e, _mm512_set1_ps(inv[J0 + j])));
+      }
+      if (zero == 0) {
+        const uint8_t* vt = vg + row0 * stride + 32 * D0;
+        for (int64_t tt = 0; tt < kAttnTile; ++tt, vt += stride) {
+          __m512 vv[ND];
+#pragma GCC unroll 16
+          for (int i = 0; i < ND; ++i) vv[i] = _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(vt + 32 * i)));
+#pragma GCC unroll 16
+          for (int j = 0; j < NH; ++j) {
+            const __m512 p = _mm512_set1_ps(pn[j][tt]);
+#pragma GCC unroll 16
+            for (int i = 0; i < ND; ++i) acc[j][i] = _mm512_fmadd_ps(vv[i], p, acc[j][i]);
+          }
+        }
+        continue;
+      }
+    }
+    // Key by key: a key of weight 0 adds nothing (and a key no head sees is not read).
+    const int64_t t1 = t0 + kAttnTile < C ? t0 + kAttnTile : C;
+    for (int64_t t = t0; t < t1; ++t) {
+      const int64_t row = t + rot < C ? t + rot : t + rot - C;
+      float p[NH];
+      bool any = false;
+#pragma GCC unroll 16
+      for (int j = 0; j < NH; ++j) {
+        p[j] = live[J0 + j] ? scores[(J0 + j) * C + t] : 0.0f;
+        any = any || p[j] != 0.0f;
+      }
+      if (!any) continue;
+      const uint8_t* vr = vg + row * stride + 32 * D0;
+      __m512 vv[ND];
+#pragma GCC unroll 16
+      for (int i = 0; i < ND; ++i) vv[i] = _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(vr + 32 * i)));
+#pragma GCC unroll 16
+      for (int j = 0; j < NH; ++j) {
+        if (p[j] == 0.0f) continue;
+        const __m512 pv = _mm512_set1_ps(p[j] * inv[J0 + j]);
+#pragma GCC unroll 16
+        for (int i = 0; i < ND; ++i) acc[j][i] = _mm512_fmadd_ps(vv[i], pv, acc[j][i]);
+      }
+    }
+  }
+#pragma GCC unroll 16
+  for (int j = 0; j < NH; ++j)
+#pragma GCC unroll 16
+    for (int i = 0; i < ND; ++i) _mm512_storeu_ps(out + (J0 + j) * HD + 16 * (D0 + i), acc[j][i]);
+}
+
+// Passes over the values: up to 4 heads and 4 vectors at a time (16 accumulators).
+template <int N, int NV, int J0, int D0>
+inline void attn_value_passes(const uint8_t* vg, int64_t stride, const float* mrow, int64_t C, int64_t rot,
+                              const float* scores, const float (&inv)[N], const bool (&live)[N], float* out) {
+  constexpr int NH = N - J0 < 4 ? N - J0 : 4;
+  constexpr int ND = NV - D0 < 4 ? NV - D0 : 4;
+  attn_value_pass<N, NV, J0, NH, D0, ND>(vg, stride, mrow, C, rot, scores, inv, live, out);
+  if constexpr (D0 + ND < NV) attn_value_passes<N, NV, J0, D0 + ND>(vg, stride, mrow, C, rot, scores, inv, live, out);
+  else if constexpr (J0 + NH < N) attn_value_passes<N, NV, J0 + NH, 0>(vg, stride, mrow, C, rot, scores, inv, live, out);
+}
+
+// Group g's N heads: q and out are [N, HD], mrow the query's mask row (or null), scores N * C.
+template <class Ops, int N, int NV>
+void attention_group_f16(const float* q, const uint8_t* k, const uint8_t* v, const float* mrow, float* out,
+                         int64_t Hkv, int64_t g, int64_t C, int64_t rot, float scale, float* scores) {
+  constexpr int64_t head = 32 * NV;  // bytes of one head in a K/V row
+  constexpr float kNegInf = -__builtin_inff();
+  const int64_t stride = Hkv * head;
+  const uint8_t* kg = k + g * head;
+  const uint8_t* vg = v + g * head;
+  const __m512 neg_inf = _mm512_set1_ps(kNegInf), scale_v = _mm512_set1_ps(scale);
+  __m512 mx[N];
+#pragma GCC unroll 16
+  for (int j = 0; j < N; ++j) mx[j] = neg_inf;
+
+  alignas(64) float lvl1[N][kAttnTile / 2][16];
+  for (int64_t t0 = 0; t0 < C; t0 += kAttnTile) {
+    const int64_t row0 = t0 + rot < C ? t0 + rot : t0 + rot - C;
+    if (t0 + kAttnTile <= C && row0 + kAttnTile <= C) {
+      const __m512 mv = mrow ? _mm512_loadu_ps(mrow + row0) : _mm512_setzero_ps();
+      const __mmask16 masked = _mm512_cmp_ps_mask(mv, neg_inf, _CMP_EQ_OQ);
+      if (masked == 0xFFFF) {
+#pragma GCC unroll 16
+        for (int j = 0; j < N; ++j) _mm512_storeu_ps(scores + j * C + t0, neg_inf);
+        continue;
+      }
+      if (masked == 0) {
+        const uint8_t* kt = kg + row0 * stride;
+        const bool fetch = row0 + (kAttnPrefetchTiles + 1) * kAttnTile <= C;
+        const int64_t ahead = (kAttnPrefetchTiles * kAttnTile) * stride;
+        for (int m = 0; m < kAttnTile / 2; ++m) {
+          if (fetch)
+            for (int64_t l = 0; l < 2 * head; l += 64) {
+              const int64_t off = (2 * m + l / head) * stride + l % head;
+              _mm_prefetch(reinterpret_cast<const char*>(kt + ahead + off), _MM_HINT_T1);
+              _mm_prefetch(reinterpret_cast<const char*>(vg + row0 * stride + ahead + off), _MM_HINT_T2);
+            }
+          __m512 a[N], b[N];
+          attn_key_dots<N, NV>(q, kt + 2 * m * stride, a);
+          attn_key_dots<N, NV>(q, kt + (2 * m + 1) * stride, b);
+#pragma GCC unroll 16
+          for (int j = 0; j < N; ++j)  // i + 8: one key per 256-bit half
+            _mm512_store_ps(lvl1[j][m], _mm512_add_ps(_mm512_shuffle_f32x4(a[j], b[j], 0x44), _mm512_shuffle_f32x4(a[j], b[j], 0xEE)));
+        }
+#pragma GCC unroll 16
+        for (int j = 0; j < N; ++j) {
+          const __m512 sc = _mm512_fmadd_ps(scale_v, attn_reduce16(lvl1[j][0]), mv);  // scale * dot + mask
+          _mm512_storeu_ps(scores + j * C + t0, sc);
+          mx[j] = _mm512_max_ps(sc, mx[j]);  // sc > mx ? sc : mx, lane by lane: a NaN score is never the max
+        }
+        continue;
+      }
+    }
+    const int64_t t1 = t0 + kAttnTile < C ? t0 + kAttnTile : C;
+    for (int64_t t = t0; t < t1; ++t) {
+      const int64_t row = t + rot < C ? t + rot : t + rot - C;
+      const float mval = mrow ? mrow[row] : 0.0f;
+      if (mval == kNegInf) {
+        for (int j = 0; j < N; ++j) scores[j * C + t] = kNegInf;
+        continue;
+      }
+      __m512 a[N];
+      attn_key_dots<N, NV>(q, kg + row * stride, a);
+#pragma GCC unroll 16
+      for (int j = 0; j < N; ++j) {
+        const float sc = scale * Ops::hsum(a[j]) + mval;
+        scores[j * C + t] = sc;
+        mx[j] = _mm512_max_ps(_mm512_set1_ps(sc), mx[j]);
+      }
+    }
+  }
+
+  float inv[N];
+  bool live[N];
+  bool any_live = false;
+  for (int j = 0; j < N; ++j) {
+    const float m = _mm512_reduce_max_ps(mx[j]);
+    live[j] = m != kNegInf;
+    inv[j] = live[j] ? 1.0f / softmax_numerators<Ops>(scores + j * C, C, m) : 0.0f;
+    any_live = any_live || live[j];
+  }
+  if (any_live) attn_value_passes<N, NV, 0, 0>(vg, stride, mrow, C, rot, scores, inv, live, out);
+  for (int j = 0; j < N; ++j)  // a head that sees no key (fully masked, or a NaN query): zeros
+    if (!live[j])
+      for (int i = 0; i < 16 * NV; ++i) out[j * 16 * NV + i] = 0.0f;
+}
+
+// attention_heads' hook (kernels_impl.h): the group when K and V are F16 and HD one of the common sizes.
+template <class Ops>
+bool attention_group_f16_dispatch(const float* q, const uint8_t* k, const uint8_t* v, const float* mrow, float* out,
+                                  int64_t n, int64_t Hkv, int64_t g, int64_t hd, int64_t C, int64_t rot, float scale,
+                                  float* scores) {
+  auto run = [&]<int NV>() {
+    switch (n) {
+      case 2: attention_group_f16<Ops, 2, NV>(q, k, v, mrow, out, Hkv, g, C, rot, scale, scores); return true;
+      case 3: attention_group_f16<Ops, 3, NV>(q, k, v, mrow, out, Hkv, g, C, rot, scale, scores); return true;
+      case 4: attention_group_f16<Ops, 4, NV>(q, k, v, mrow, out, Hkv, g, C, rot, scale, scores); return true;
+      case 5: attention_group_f16<Ops, 5, NV>(q, k, v, mrow, out, Hkv, g, C, rot, scale, scores); return true;
+      case 6: attention_group_f16<Ops, 6, NV>(q, k, v, mrow, out, Hkv, g, C, rot, scale, scores); return true;
+      case 7: attention_group_f16<Ops, 7, NV>(q, k, v, mrow, out, Hkv, g, C, rot, scale, scores); return true;
+      case 8: attention_group_f16<Ops, 8, NV>(q, k, v, mrow, out, Hkv, g, C, rot, scale, scores); return true;
+      default: return false;
+    }
+  };
+  switch (hd) {  // Phi-3's 96, Llama / Qwen's 64 and 128, Gemma 3's 256
+    case 64: return run.template operator()<4>();
+    case 96: return run.template operator()<6>();
+    case 128: return run.template operator()<8>();
+    case 256: return run.template operator()<16>();
+    default: return false;
+  }
+}
+
+}  // namespace
+}  // namespace npullm::cpu::detail
