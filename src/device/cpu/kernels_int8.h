@@ -679,6 +679,21 @@ void quantize_chunk(GgmlType wt, const float* x, int64_t K, int64_t mc, XQ& xq) 
   }
 }
 
+// Part `part` of kParts of the kLines cache lines at pf, fetched into L2 (pf null: none). A
+// decode step spreads the fetches of the panel ahead over its blocks: issued all at once at the
+// start of the step, they waited for free fill buffers and held up the decode behind them (Q4_0,
+// 2048 x 5632 packed, from memory: 21.8 -> 24.2 GB/s on 2 threads, 11.5 -> 12.8 on 1).
+template <int kLines, int kParts>
+NPULLM_HOT void prefetch_part(const uint8_t* pf, int part) {
+  if constexpr (kLines > 0) {
+    constexpr int per = (kLines + kParts - 1) / kParts;
+    if (pf)
+      _Pragma("GCC unroll 16")
+      for (int l = 0; l < per; ++l)
+        if (part * per + l < kLines) __builtin_prefetch(pf + 64 * (part * per + l), 0, 2);
+  }
+}
+
 // ---- decode of the K-quants, fused ---------------------------------------------------------------
 //
 // For M <= kGemvMaxM the K-quants are decoded and consumed 64 elements at a time, in registers:
@@ -686,8 +701,9 @@ void quantize_chunk(GgmlType wt, const float* x, int64_t K, int64_t mc, XQ& xq) 
 // read them back. Same arithmetic, same order as tile_unit.
 
 // Q4_K / Q5_K: per 32-byte chunk c of qs, the low nibbles are sub-block 2c, the high 2c + 1.
-template <class IO, GgmlType T, int TM, class PN>
-NPULLM_HOT void gemv_unit_k4(const PN& p, int64_t u, const XQ& x, typename IO::VF (&facc)[TM][1]) {
+template <class IO, GgmlType T, int TM, class PN, int kPfLines = 0>
+NPULLM_HOT void gemv_unit_k4(const PN& p, int64_t u, const XQ& x, typename IO::VF (&facc)[TM][1],
+                             const uint8_t* pf = nullptr) {
   using VI = typename IO::VI;
   using VF = typename IO::VF;
   constexpr bool five = T == GgmlType::Q5_K;
@@ -700,6 +716,7 @@ NPULLM_HOT void gemv_unit_k4(const PN& p, int64_t u, const XQ& x, typename IO::V
   for (int m = 0; m < TM; ++m) isc[m] = IO::zero();
   NPULLM_UNROLL_I8
   for (int c = 0; c < 4; ++c) {
+    prefetch_part<kPfLines, 4>(pf, c);
     VI t[8];
     ld<8>(p, o + (five ? 48 : 16) + 32 * c, t);
     VI ia0[TM], ia1[TM];
@@ -746,8 +763,9 @@ NPULLM_HOT void gemv_unit_k4(const PN& p, int64_t u, const XQ& x, typename IO::V
 
 // Q6_K: each half h loads ql[0..31] (a), ql[32..63] (b) and qh[0..31]; quarters 0 and 2 (low /
 // high nibbles of a) are consumed before b is loaded, then quarters 1 and 3.
-template <class IO, int TM, class PN>
-NPULLM_HOT void gemv_unit_q6k(const PN& p, int64_t u, const XQ& x, typename IO::VF (&facc)[TM][1]) {
+template <class IO, int TM, class PN, int kPfLines = 0>
+NPULLM_HOT void gemv_unit_q6k(const PN& p, int64_t u, const XQ& x, typename IO::VF (&facc)[TM][1],
+                              const uint8_t* pf = nullptr) {
   using VI = typename IO::VI;
   using VF = typename IO::VF;
   const int64_t o = u * 210;
@@ -758,6 +776,7 @@ NPULLM_HOT void gemv_unit_q6k(const PN& p, int64_t u, const XQ& x, typename IO::
   for (int m = 0; m < TM; ++m) isc[m] = IO::zero();
   NPULLM_UNROLL_I8
   for (int h = 0; h < 2; ++h) {
+    prefetch_part<kPfLines, 2>(pf, h);
     VI qh[8];
     ld<8>(p, o + 128 + 32 * h, qh);
     NPULLM_UNROLL_I8
@@ -826,8 +845,9 @@ NPULLM_HOT typename IO::VI field32(const typename IO::VI* d, int64_t f) {
 // The last dword field32 reads for the n bytes at offset f (n a multiple of 4).
 constexpr int64_t last_dword(int64_t f, int64_t n) { return f % 4 == 0 ? (f + n) / 4 - 1 : (f + n + 2) / 4 - 1; }
 
-template <class IO, GgmlType T, int TM, class PN>
-NPULLM_HOT void gemv_octet(const PN& p, int64_t u0, const XQ& x, typename IO::VF (&facc)[TM][1]) {
+template <class IO, GgmlType T, int TM, class PN, int kPfLines = 0>
+NPULLM_HOT void gemv_octet(const PN& p, int64_t u0, const XQ& x, typename IO::VF (&facc)[TM][1],
+                           const uint8_t* pf = nullptr) {
   using VI = typename IO::VI;
   using VF = typename IO::VF;
   constexpr int64_t B = block_bytes<T>();
@@ -850,6 +870,7 @@ NPULLM_HOT void gemv_octet(const PN& p, int64_t u0, const XQ& x, typename IO::VF
   NPULLM_UNROLL_I8
   for (int b = 0; b < 8; ++b) {
     const int64_t f = b * B;  // the block's first byte in the group
+    prefetch_part<kPfLines, 8>(pf, b);
     VI dec[10];
     VF* decf = reinterpret_cast<VF*>(dec);
     if constexpr (T == GgmlType::Q8_0) {
@@ -1031,6 +1052,21 @@ void gemv_panels(const uint8_t* W, size_t row_bytes, int64_t nu, const XQ& x, in
   const uint8_t* const pf_stop = W + pf_end;
   for (int64_t u = 0; u < nu; u += S, pfp += step_bytes) {
     const int cnt = nu - u < S ? static_cast<int>(nu - u) : S;
+    if constexpr (is_packed<PN>() && (octets || fused)) {  // the fetches spread over the step
+      const uint8_t* pf = pfp < pf_stop ? pfp + panel_bytes : nullptr;
+      if constexpr (octets) {
+        if (cnt == 8) {
+          gemv_octet<IO, T, TM, PN, kLines>(pan[0], u, x, facc, pf);
+          continue;
+        }
+      } else if constexpr (T != GgmlType::Q6_K) {
+        gemv_unit_k4<IO, T, TM, PN, kLines>(pan[0], u, x, facc, pf);
+        continue;
+      } else {
+        gemv_unit_q6k<IO, TM, PN, kLines>(pan[0], u, x, facc, pf);
+        continue;
+      }
+    }
     if (pfp < pf_stop) {
       _Pragma("GCC unroll 128")
       for (int l = 0; l < kLines; ++l) {
