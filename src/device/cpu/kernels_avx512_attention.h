@@ -23,11 +23,12 @@ namespace npullm::cpu::detail {
 namespace {
 
 inline constexpr int64_t kAttnTile = 16;           // keys per tile (one vector of scores)
-// K and V rows are fetched this many tiles ahead while the scores are computed, a few lines per
-// pair of keys: in bursts (a tile's worth at once) the fetches waited for free fill buffers and
-// held up the arithmetic. Into L2 (T1, V further out with T2): 1,024 keys of TinyLlama's group,
-// from memory, took 152 us on one core this way, 172 us with a burst per tile into L1, 254 us
-// with no fetches (80 us with K/V in cache; bench_kernels AttentionDecodeCold).
+// K rows are fetched this many tiles ahead while the scores are computed, V rows as far ahead in
+// the first pass over the values, a few lines per key or pair of keys: in bursts (a tile's worth
+// at once) the fetches waited for free fill buffers and held up the arithmetic. Into L2: 1,024
+// keys of TinyLlama's groups from memory take ~147 us on one core this way, 172 us with a burst
+// per tile into L1, 254 us with no fetches (~87 us with K/V in cache; bench_kernels
+// AttentionDecodeCold / AttentionDecode).
 inline constexpr int64_t kAttnPrefetchTiles = 2;
 
 // One key's dot products with the N heads' queries (q is [N, HD]), in attention_heads' order.
@@ -88,7 +89,11 @@ inline void attn_value_pass(const uint8_t* vg, int64_t stride, const float* mrow
       }
       if (zero == 0) {
         const uint8_t* vt = vg + row0 * stride + 32 * D0;
+        const bool fetch = J0 == 0 && D0 == 0 && row0 + (kAttnPrefetchTiles + 1) * kAttnTile <= C;
         for (int64_t tt = 0; tt < kAttnTile; ++tt, vt += stride) {
+          if (fetch)
+            for (int64_t l = 0; l < 32 * NV; l += 64)
+              _mm_prefetch(reinterpret_cast<const char*>(vt + kAttnPrefetchTiles * kAttnTile * stride + l), _MM_HINT_T1);
           __m512 vv[ND];
 #pragma GCC unroll 16
           for (int i = 0; i < ND; ++i) vv[i] = _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(vt + 32 * i)));
@@ -133,12 +138,13 @@ inline void attn_value_pass(const uint8_t* vg, int64_t stride, const float* mrow
     for (int i = 0; i < ND; ++i) _mm512_storeu_ps(out + (J0 + j) * HD + 16 * (D0 + i), acc[j][i]);
 }
 
-// Passes over the values: up to 4 heads and 4 vectors at a time (16 accumulators).
+// Passes over the values: all heads (up to 8) and as many vectors as make 16 accumulators or
+// fewer, so each V vector is widened once (8 heads of 64: two passes of 2 vectors).
 template <int N, int NV, int J0, int D0>
 inline void attn_value_passes(const uint8_t* vg, int64_t stride, const float* mrow, int64_t C, int64_t rot,
                               const float* scores, const float (&inv)[N], const bool (&live)[N], float* out) {
-  constexpr int NH = N - J0 < 4 ? N - J0 : 4;
-  constexpr int ND = NV - D0 < 4 ? NV - D0 : 4;
+  constexpr int NH = N - J0 < 8 ? N - J0 : 8;
+  constexpr int ND = NV - D0 < 16 / NH ? NV - D0 : 16 / NH;
   attn_value_pass<N, NV, J0, NH, D0, ND>(vg, stride, mrow, C, rot, scores, inv, live, out);
   if constexpr (D0 + ND < NV) attn_value_passes<N, NV, J0, D0 + ND>(vg, stride, mrow, C, rot, scores, inv, live, out);
   else if constexpr (J0 + NH < N) attn_value_passes<N, NV, J0 + NH, 0>(vg, stride, mrow, C, rot, scores, inv, live, out);
@@ -178,7 +184,6 @@ void attention_group_f16(const float* q, const uint8_t* k, const uint8_t* v, con
             for (int64_t l = 0; l < 2 * head; l += 64) {
               const int64_t off = (2 * m + l / head) * stride + l % head;
               _mm_prefetch(reinterpret_cast<const char*>(kt + ahead + off), _MM_HINT_T1);
-              _mm_prefetch(reinterpret_cast<const char*>(vg + row0 * stride + ahead + off), _MM_HINT_T2);
             }
           __m512 a[N], b[N];
           attn_key_dots<N, NV>(q, kt + 2 * m * stride, a);
