@@ -1,7 +1,6 @@
-// Decode attention of a group of N query heads sharing one F16 K/V head of HD = 16 * NV dims
-// (64, 96, 128 or 256),
-// AVX-512 only (included by kernels_avx512.cpp, after kernels_impl.h; the linkage rule there
-// applies). It gives every head the bits attention_one_row gives it; what changes is how the work
+// Decode attention of a group of N query heads sharing one F16 K/V head of HD = 16 * NV dims (64,
+// 96, 128 or 256), AVX-512 only (included by kernels_avx512.cpp, after kernels_impl.h; the linkage
+// rule there applies). It gives every head the bits attention_one_row gives it; what changes is how the work
 // is laid out, because the per-key bookkeeping, not the arithmetic, was what cost:
 //
 //  - Scores go 16 keys at a time. A key's dot product with a head is one 16-lane accumulator (the
@@ -45,8 +44,8 @@ inline void attn_key_dots(const float* q, const uint8_t* kr, __m512 (&acc)[N]) {
   }
 }
 
-// hsum's tree for 16 vectors at once: in[m] holds keys 2m and 2m + 1 after the first level (each
-// 256-bit half one key's v[i] + v[i + 8]); returns the 16 keys' sums in key order.
+// hsum's tree for 16 keys at once: vector m of lvl1 (floats 16m ..) holds keys 2m and 2m + 1 after
+// the first level (each 256-bit half one key's v[i] + v[i + 8]); returns the 16 sums in key order.
 inline __m512 attn_reduce16(const float* lvl1) {
   __m512 u[4];
 #pragma GCC unroll 4
