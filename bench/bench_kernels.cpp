@@ -267,34 +267,18 @@ void BM_PrefillIsa(benchmark::State& st, std::string isa, GgmlType t, int64_t M,
 
 // One decode token's attention over C keys with TinyLlama's heads (32 query heads sharing 4 K/V
 // heads of 64), F16 K/V, every key visible, on one thread: what one layer's Attention task costs
-// at that context length (keys/s counts query-head x key pairs).
-void BM_AttentionDecode(benchmark::State& st, int64_t C) {
+// at that context length (keys/s counts query-head x key pairs). Warm: the same K/V every call, in
+// cache. Cold: as in a decode step, where a layer's K/V was last read a whole token (all the
+// weights) ago: a different copy of K/V each call, from 512 MiB.
+void BM_AttentionDecode(benchmark::State& st, int64_t C, bool cold) {
   const int64_t H = 32, Hkv = 4, hd = 64;
   std::vector<float> q(static_cast<size_t>(H * hd)), out(q.size()), work(static_cast<size_t>(cpu::attention_work_floats(C)));
   std::vector<float> kf(static_cast<size_t>(C * Hkv * hd));
   for (size_t i = 0; i < q.size(); ++i) q[i] = static_cast<float>((i * 7919) % 97) / 97.0f - 0.5f;
   for (size_t i = 0; i < kf.size(); ++i) kf[i] = static_cast<float>((i * 104729) % 89) / 89.0f - 0.5f;
-  std::vector<uint8_t> k(ggml_row_bytes(GgmlType::F16, static_cast<int64_t>(kf.size()))), v(k.size());
-  quantize_row(GgmlType::F16, kf.data(), k.data(), static_cast<int64_t>(kf.size()));
-  quantize_row(GgmlType::F16, kf.data(), v.data(), static_cast<int64_t>(kf.size()));
-  std::vector<float> mask(static_cast<size_t>(C), 0.0f);
-  for (auto _ : st)
-    cpu::attention(q.data(), k.data(), GgmlType::F16, v.data(), GgmlType::F16, mask.data(), out.data(), H, Hkv, hd, C, 0, 0.125f, 0, H,
-                   work.data());
-  benchmark::DoNotOptimize(out.data());
-  st.counters["keys/s"] = benchmark::Counter(double(H) * double(C) * double(st.iterations()), benchmark::Counter::kIsRate);
-}
-
-// The same over K/V that is not in any cache, as in a decode step, where a layer's K/V was last
-// read a whole token (all the weights) ago: a different copy of K/V each iteration, from 512 MiB.
-void BM_AttentionDecodeCold(benchmark::State& st, int64_t C) {
-  const int64_t H = 32, Hkv = 4, hd = 64;
-  std::vector<float> q(static_cast<size_t>(H * hd)), out(q.size()), work(static_cast<size_t>(cpu::attention_work_floats(C)));
-  std::vector<float> kf(static_cast<size_t>(C * Hkv * hd));
-  for (size_t i = 0; i < q.size(); ++i) q[i] = static_cast<float>((i * 7919) % 97) / 97.0f - 0.5f;
-  for (size_t i = 0; i < kf.size(); ++i) kf[i] = static_cast<float>((i * 104729) % 89) / 89.0f - 0.5f;
+  // K and V of copy c at 2c and 2c + 1 (the same values for both, as TinyLlama's shapes are).
   const size_t bytes = static_cast<size_t>(ggml_row_bytes(GgmlType::F16, static_cast<int64_t>(kf.size())));
-  const size_t copies = std::max<size_t>(2, (size_t{512} << 20) / (2 * bytes));
+  const size_t copies = cold ? std::max<size_t>(2, (size_t{512} << 20) / (2 * bytes)) : 1;
   npullm::PageBuffer kv(2 * bytes * copies, true);
   quantize_row(GgmlType::F16, kf.data(), kv.data(), static_cast<int64_t>(kf.size()));
   for (size_t c = 1; c < 2 * copies; ++c) std::memcpy(kv.data() + c * bytes, kv.data(), bytes);
@@ -321,8 +305,8 @@ int main(int argc, char** argv) {
   // TinyLlama-1.1B: ffn_up/gate (K 2048 -> N 5632), attn (2048 -> 2048), ffn_down (5632 -> 2048).
   const std::pair<int64_t, int64_t> decode_shapes[] = {{2048, 5632}, {2048, 2048}, {5632, 2048}};
   for (int64_t C : {32, 256, 1024})
-    benchmark::RegisterBenchmark(("AttentionDecode/F16/" + std::to_string(C)).c_str(), BM_AttentionDecode, C)->Unit(benchmark::kMicrosecond);
-  benchmark::RegisterBenchmark("AttentionDecodeCold/F16/1024", BM_AttentionDecodeCold, 1024)->Unit(benchmark::kMicrosecond);
+    benchmark::RegisterBenchmark(("AttentionDecode/F16/" + std::to_string(C)).c_str(), BM_AttentionDecode, C, false)->Unit(benchmark::kMicrosecond);
+  benchmark::RegisterBenchmark("AttentionDecodeCold/F16/1024", BM_AttentionDecode, 1024, true)->Unit(benchmark::kMicrosecond);
   for (int threads : {1, 2}) {
     benchmark::RegisterBenchmark(("Read/" + std::to_string(threads)).c_str(), BM_Read, threads)->UseRealTime();
     benchmark::RegisterBenchmark(("PoolStage/" + std::to_string(threads)).c_str(), BM_PoolStage, threads)

@@ -65,7 +65,7 @@ inline __m512 attn_reduce16(const float* lvl1) {
 // Heads [J0, J0 + NH) of the group, value vectors [D0, D0 + ND) of HD: out_j += p_jt v_t over the
 // keys in order, accumulators in registers across all keys.
 template <int N, int NV, int J0, int NH, int D0, int ND>
-inline void attn_value_pass(const uint8_t* vg, int64_t stride, const float* mrow, int64_t C, int64_t rot,
+inline void attn_value_pass(const uint8_t* vg, int64_t stride, int64_t C, int64_t rot,
                             const float* scores, const float (&inv)[N], const bool (&live)[N], float* out) {
   constexpr int HD = 16 * NV;
   bool all_live = true;
@@ -140,13 +140,13 @@ inline void attn_value_pass(const uint8_t* vg, int64_t stride, const float* mrow
 // Passes over the values: all heads (up to 8) and as many vectors as make 16 accumulators or
 // fewer, so each V vector is widened once (8 heads of 64: two passes of 2 vectors).
 template <int N, int NV, int J0, int D0>
-inline void attn_value_passes(const uint8_t* vg, int64_t stride, const float* mrow, int64_t C, int64_t rot,
+inline void attn_value_passes(const uint8_t* vg, int64_t stride, int64_t C, int64_t rot,
                               const float* scores, const float (&inv)[N], const bool (&live)[N], float* out) {
   constexpr int NH = N - J0 < 8 ? N - J0 : 8;
   constexpr int ND = NV - D0 < 16 / NH ? NV - D0 : 16 / NH;
-  attn_value_pass<N, NV, J0, NH, D0, ND>(vg, stride, mrow, C, rot, scores, inv, live, out);
-  if constexpr (D0 + ND < NV) attn_value_passes<N, NV, J0, D0 + ND>(vg, stride, mrow, C, rot, scores, inv, live, out);
-  else if constexpr (J0 + NH < N) attn_value_passes<N, NV, J0 + NH, 0>(vg, stride, mrow, C, rot, scores, inv, live, out);
+  attn_value_pass<N, NV, J0, NH, D0, ND>(vg, stride, C, rot, scores, inv, live, out);
+  if constexpr (D0 + ND < NV) attn_value_passes<N, NV, J0, D0 + ND>(vg, stride, C, rot, scores, inv, live, out);
+  else if constexpr (J0 + NH < N) attn_value_passes<N, NV, J0 + NH, 0>(vg, stride, C, rot, scores, inv, live, out);
 }
 
 // Group g's N heads: q and out are [N, HD], mrow the query's mask row (or null), scores N * C.
@@ -228,7 +228,7 @@ void attention_group_f16(const float* q, const uint8_t* k, const uint8_t* v, con
     inv[j] = live[j] ? 1.0f / softmax_numerators<Ops>(scores + j * C, C, m) : 0.0f;
     any_live = any_live || live[j];
   }
-  if (any_live) attn_value_passes<N, NV, 0, 0>(vg, stride, mrow, C, rot, scores, inv, live, out);
+  if (any_live) attn_value_passes<N, NV, 0, 0>(vg, stride, C, rot, scores, inv, live, out);
   for (int j = 0; j < N; ++j)  // a head that sees no key (fully masked, or a NaN query): zeros
     if (!live[j])
       for (int i = 0; i < 16 * NV; ++i) out[j * 16 * NV + i] = 0.0f;
