@@ -1059,40 +1059,30 @@ void gemv_panels(const uint8_t* W, size_t row_bytes, int64_t nu, const XQ& x, in
   constexpr int kLines = static_cast<int>((step_bytes + 63) / 64);
   const uint8_t* pfp = W + next;
   const uint8_t* const pf_stop = W + pf_end;
-  if constexpr (is_packed<PN>() && fused) {  // the K-quants fetch with their loads, a panel ahead
+  // A packed panel fetches a panel ahead as it goes instead: the octets a few lines per block
+  // (prefetch_part), the K-quants with each load (PackedPanel::ahead).
+  constexpr bool packed = is_packed<PN>();
+  if constexpr (packed && fused) {
     pan[0].ahead = panel_bytes;
     pan[0].stop = pf_stop;
   }
   for (int64_t u = 0; u < nu; u += S, pfp += step_bytes) {
     const int cnt = nu - u < S ? static_cast<int>(nu - u) : S;
-    if constexpr (is_packed<PN>() && (octets || fused)) {  // the fetches spread over the step
-      const uint8_t* pf = pfp < pf_stop ? pfp + panel_bytes : nullptr;
-      if constexpr (octets) {
-        if (cnt == 8) {
-          gemv_octet<IO, T, TM, PN, kLines>(pan[0], u, x, facc, pf);
-          continue;
-        }
-      } else if constexpr (T != GgmlType::Q6_K) {
-        gemv_unit_k4<IO, T, TM>(pan[0], u, x, facc);
-        continue;
-      } else {
-        gemv_unit_q6k<IO, TM>(pan[0], u, x, facc);
-        continue;
-      }
-    }
-    if (pfp < pf_stop) {
+    const bool fetched_as_it_goes = packed && (fused || (octets && cnt == 8));
+    if (pfp < pf_stop && !fetched_as_it_goes) {
       _Pragma("GCC unroll 128")
       for (int l = 0; l < kLines; ++l) {
         // A packed panel is one linear run: two panels ahead into L2 measured 5-7 % faster than
         // one panel ahead into L1 (2 threads, 2048 x 5632, Q4_0 / Q4_K / Q8_0, three alternating
         // rounds), three ahead no better, two ahead into L1 10 % slower.
-        if constexpr (is_packed<PN>()) __builtin_prefetch(pfp + panel_bytes + 64 * l, 0, 2);
+        if constexpr (packed) __builtin_prefetch(pfp + panel_bytes + 64 * l, 0, 2);
         else __builtin_prefetch(pfp + 64 * l, 0, 3);
       }
     }
     if constexpr (octets) {
       if (cnt == 8) {
-        gemv_octet<IO, T, TM>(pan[0], u, x, facc);
+        gemv_octet<IO, T, TM, PN, packed ? kLines : 0>(pan[0], u, x, facc,
+                                                       packed && pfp < pf_stop ? pfp + panel_bytes : nullptr);
       } else {  // the last nu % 8 blocks: pairs, then a single one
         for (int64_t v = u; v < nu; v += 2) {
           const int c2 = nu - v < 2 ? 1 : 2;
