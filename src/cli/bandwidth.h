@@ -9,8 +9,9 @@ namespace npullm::cli {
 // its own slice, as decode splits its matrices: the roofline for that step. A set that fits in the
 // caches is read at cache speed, a large one at DRAM speed, so a model held in L2/L3 is judged
 // against cache bandwidth, not DRAM's. The set is at least 64 KiB and at most 1 GiB (beyond any
-// cache); each pass reads it until 1 GiB has been read, and the best of 5 passes is returned, since
-// a roofline is what the memory can do at best. The set is on huge pages when `huge_pages` (as the
+// cache); each pass reads it until 1 GiB has been read, and the best of 5 passes of each loop shape
+// (with AVX-512: one load per line, and one load plus a fetch 16 KiB ahead) is returned, since a
+// roofline is what the memory can do at best. The set is on huge pages when `huge_pages` (as the
 // runtime holds weights by default) and on 4 KiB pages otherwise (as with --no-huge-pages).
 double measure_read_bandwidth(int threads, size_t working_set_bytes, bool huge_pages);
 }  // namespace npullm::cli
