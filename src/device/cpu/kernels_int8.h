@@ -198,6 +198,9 @@ struct Panel {
   int valid;  // rows that exist (1..R)
 };
 
+// How far ahead of its loads a packed decode fetches (into L2): see PackedPanel::ahead.
+constexpr int64_t kFetchAhead = 16 << 10;
+
 template <class IO>
 inline void make_panel(const uint8_t* W, size_t row_bytes, int64_t n, int64_t n_end, Panel<IO>& p) {
   const int64_t left = n_end - n;
@@ -212,11 +215,14 @@ template <class IO>
 struct PackedPanel {
   const uint8_t* base;
   int valid;
-  // Decode of the K-quants: every load also fetches the line `ahead` bytes further on into L2,
-  // while below `stop` (the end of the rows this call reads). One fetch per load, interleaved
-  // with them, instead of a few per piece (prefetch_part): 2 threads, 2048 x 5632 from memory,
-  // Q4_K 25.0 -> 26.5-26.8 GB/s, Q6_K 23.0-23.3 -> 24.5-24.7. (Q4_0 lost 10 % this way, Q8_0 gained
-  // nothing: the octets keep prefetch_part.)
+  // Decode (gemv_panels): every load also fetches the line `ahead` bytes further on into L2,
+  // while below `stop` (the end of the rows this call reads). A packed panel is one linear run,
+  // and on this kind of CPU such a run streams at the memory's rate only when it is read one
+  // line at a time, each load with its own fetch, interleaved with the work on it: a synthetic
+  // loop of 4 VNNI steps per line, 2 threads, streamed 40.6 GB/s so and 27.6 when it loaded 8
+  // lines in a burst before working on them. So the decode loads each line where it is used
+  // (gemv_octet's need, gemv_unit_k4, gemv_unit_q6k) rather than 8 at a time; with bursts of
+  // fetches per block as well (the scheme before), the same kernels streamed 20 % slower.
   int64_t ahead = 0;
   const uint8_t* stop = nullptr;
 };
@@ -691,22 +697,6 @@ void quantize_chunk(GgmlType wt, const float* x, int64_t K, int64_t mc, XQ& xq) 
   }
 }
 
-// Part `part` of kParts of the kLines cache lines at pf, fetched into L2 (pf null: none). A
-// decode step spreads the fetches of the panel ahead over its blocks: issued all at once at the
-// start of the step, they waited for free fill buffers and held up the decode behind them (Q4_0,
-// 2048 x 5632 packed, from memory: 21.8 -> 24.2 GB/s on 2 threads, 11.5 -> 12.8 on 1). The
-// octets use it; the K-quants fetch with each load instead (PackedPanel::ahead).
-template <int kLines, int kParts>
-NPULLM_HOT void prefetch_part(const uint8_t* pf, int part) {
-  if constexpr (kLines > 0) {
-    constexpr int per = (kLines + kParts - 1) / kParts;
-    if (pf)
-      _Pragma("GCC unroll 16")
-      for (int l = 0; l < per; ++l)
-        if (part * per + l < kLines) __builtin_prefetch(pf + 64 * (part * per + l), 0, 2);
-  }
-}
-
 // ---- decode of the K-quants, fused ---------------------------------------------------------------
 //
 // For M <= kGemvMaxM the K-quants are decoded and consumed 64 elements at a time, in registers:
@@ -728,8 +718,10 @@ NPULLM_HOT void gemv_unit_k4(const PN& p, int64_t u, const XQ& x, typename IO::V
   for (int m = 0; m < TM; ++m) isc[m] = IO::zero();
   NPULLM_UNROLL_I8
   for (int c = 0; c < 4; ++c) {
+    // qs of this chunk: 8 dwords per row, loaded here, or for a packed panel one by one where used.
+    const int64_t qo = o + (five ? 48 : 16) + 32 * c;
     VI t[8];
-    ld<8>(p, o + (five ? 48 : 16) + 32 * c, t);
+    if constexpr (!is_packed<PN>()) ld<8>(p, qo, t);
     VI ia0[TM], ia1[TM];
     NPULLM_UNROLL_I8
     for (int m = 0; m < TM; ++m) ia0[m] = IO::zero(), ia1[m] = IO::zero();
@@ -738,8 +730,9 @@ NPULLM_HOT void gemv_unit_k4(const PN& p, int64_t u, const XQ& x, typename IO::V
       VI lo[4], hi[4];
       NPULLM_UNROLL_I8
       for (int i = 0; i < 4; ++i) {
-        lo[i] = IO::and_(t[g + i], 0x0F0F0F0F);
-        hi[i] = IO::and_(IO::srli(t[g + i], 4), 0x0F0F0F0F);
+        const VI tv = is_packed<PN>() ? ld1<IO>(p, qo + 4 * (g + i)) : t[g + i];
+        lo[i] = IO::and_(tv, 0x0F0F0F0F);
+        hi[i] = IO::and_(IO::srli(tv, 4), 0x0F0F0F0F);
         if constexpr (five) {
           const int j0 = 2 * c, j1 = 2 * c + 1;  // bit j of each qh byte -> bit 4
           const VI h = qh[g + i];
@@ -791,7 +784,12 @@ NPULLM_HOT void gemv_unit_q6k(const PN& p, int64_t u, const XQ& x, typename IO::
     NPULLM_UNROLL_I8
     for (int half = 0; half < 2; ++half) {  // ql bytes 0..31 (quarters 0, 2), then 32..63 (1, 3)
       VI t[8];
-      ld<8>(p, o + 64 * h + 32 * half, t);
+      if constexpr (is_packed<PN>()) {  // a line at a time (PackedPanel::ahead)
+        NPULLM_UNROLL_I8
+        for (int g = 0; g < 8; ++g) t[g] = ld1<IO>(p, o + 64 * h + 32 * half + 4 * g);
+      } else {
+        ld<8>(p, o + 64 * h + 32 * half, t);
+      }
       NPULLM_UNROLL_I8
       for (int hi = 0; hi < 2; ++hi) {
         const int quarter = half + 2 * hi;
@@ -854,9 +852,8 @@ NPULLM_HOT typename IO::VI field32(const typename IO::VI* d, int64_t f) {
 // The last dword field32 reads for the n bytes at offset f (n a multiple of 4).
 constexpr int64_t last_dword(int64_t f, int64_t n) { return f % 4 == 0 ? (f + n) / 4 - 1 : (f + n + 2) / 4 - 1; }
 
-template <class IO, GgmlType T, int TM, class PN, int kPfLines = 0>
-NPULLM_HOT void gemv_octet(const PN& p, int64_t u0, const XQ& x, typename IO::VF (&facc)[TM][1],
-                           const uint8_t* pf = nullptr) {
+template <class IO, GgmlType T, int TM, class PN>
+NPULLM_HOT void gemv_octet(const PN& p, int64_t u0, const XQ& x, typename IO::VF (&facc)[TM][1]) {
   using VI = typename IO::VI;
   using VF = typename IO::VF;
   constexpr int64_t B = block_bytes<T>();
@@ -867,7 +864,10 @@ NPULLM_HOT void gemv_octet(const PN& p, int64_t u0, const XQ& x, typename IO::VF
   int loaded = 0;  // dwords of D loaded so far
   auto need = [&](int64_t upto_dword) {  // makes D[0 .. upto_dword] available
     while (loaded <= upto_dword) {
-      if (loaded / 8 < n32) {
+      if constexpr (is_packed<PN>()) {  // a line at a time (PackedPanel::ahead)
+        ld<1>(p, o + 4 * loaded, D + loaded);
+        loaded += 1;
+      } else if (loaded / 8 < n32) {
         ld<8>(p, o + 4 * loaded, D + loaded);
         loaded += 8;
       } else {
@@ -879,7 +879,6 @@ NPULLM_HOT void gemv_octet(const PN& p, int64_t u0, const XQ& x, typename IO::VF
   NPULLM_UNROLL_I8
   for (int b = 0; b < 8; ++b) {
     const int64_t f = b * B;  // the block's first byte in the group
-    prefetch_part<kPfLines, 8>(pf, b);
     VI dec[10];
     VF* decf = reinterpret_cast<VF*>(dec);
     if constexpr (T == GgmlType::Q8_0) {
@@ -1025,7 +1024,8 @@ NPULLM_HOT void run_units(const typename IO::VI* const* dec, int64_t unit_stride
 // the rows of consecutive panels are contiguous, so while a panel is computed the next one (the
 // bytes [n + R, n + 2R) rows, up to n_end) is prefetched into L1 as one linear sweep, spread
 // evenly over the steps. Prefetching exactly one panel ahead measured best (a shorter distance
-// misses the last rows of big panels; prefetching into L2 only was slower).
+// misses the last rows of big panels; prefetching into L2 only was slower). A packed panel
+// (Panels16) is one linear run already: its loads fetch ahead themselves (PackedPanel::ahead).
 template <class IO, class PN, GgmlType T, int TM, int P>
 void gemv_panels(const uint8_t* W, size_t row_bytes, int64_t nu, const XQ& x, int64_t m0, const float* bias,
                  const float* res, float* out, int64_t N, int64_t n, int64_t n_end) {
@@ -1059,30 +1059,21 @@ void gemv_panels(const uint8_t* W, size_t row_bytes, int64_t nu, const XQ& x, in
   constexpr int kLines = static_cast<int>((step_bytes + 63) / 64);
   const uint8_t* pfp = W + next;
   const uint8_t* const pf_stop = W + pf_end;
-  // A packed panel fetches a panel ahead as it goes instead: the octets a few lines per block
-  // (prefetch_part), the K-quants with each load (PackedPanel::ahead).
+  // A packed panel fetches as it goes instead, with each load (PackedPanel::ahead).
   constexpr bool packed = is_packed<PN>();
-  if constexpr (packed && fused) {
-    pan[0].ahead = panel_bytes;
+  if constexpr (packed) {
+    pan[0].ahead = kFetchAhead;
     pan[0].stop = pf_stop;
   }
   for (int64_t u = 0; u < nu; u += S, pfp += step_bytes) {
     const int cnt = nu - u < S ? static_cast<int>(nu - u) : S;
-    const bool fetched_as_it_goes = packed && (fused || (octets && cnt == 8));
-    if (pfp < pf_stop && !fetched_as_it_goes) {
+    if (!packed && pfp < pf_stop) {
       _Pragma("GCC unroll 128")
-      for (int l = 0; l < kLines; ++l) {
-        // A packed panel is one linear run: two panels ahead into L2 measured 5-7 % faster than
-        // one panel ahead into L1 (2 threads, 2048 x 5632, Q4_0 / Q4_K / Q8_0, three alternating
-        // rounds), three ahead no better, two ahead into L1 10 % slower.
-        if constexpr (packed) __builtin_prefetch(pfp + panel_bytes + 64 * l, 0, 2);
-        else __builtin_prefetch(pfp + 64 * l, 0, 3);
-      }
+      for (int l = 0; l < kLines; ++l) __builtin_prefetch(pfp + 64 * l, 0, 3);
     }
     if constexpr (octets) {
       if (cnt == 8) {
-        gemv_octet<IO, T, TM, PN, packed ? kLines : 0>(pan[0], u, x, facc,
-                                                       packed && pfp < pf_stop ? pfp + panel_bytes : nullptr);
+        gemv_octet<IO, T, TM, PN>(pan[0], u, x, facc);
       } else {  // the last nu % 8 blocks: pairs, then a single one
         for (int64_t v = u; v < nu; v += 2) {
           const int c2 = nu - v < 2 ? 1 : 2;
