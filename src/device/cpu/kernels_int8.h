@@ -1041,10 +1041,14 @@ void gemv_panels(const uint8_t* W, size_t row_bytes, int64_t nu, const XQ& x, in
   VF facc[TM][P];
   for (int m = 0; m < TM; ++m)
     for (int q = 0; q < P; ++q) facc[m][q] = IO::zerof();
-  // Byte offsets in W: the next panel starts at `next`; nothing at or past `pf_end` is touched.
+  // Byte offsets in W: the next panel starts at `next`; nothing at or past `pf_end` is fetched.
+  // That is the end of the matrix, not of this call's rows [n, n_end): the last panels of a chunk
+  // fetch the first of the next one, which the CPU device arranges to be, most of the time, the
+  // chunk this thread takes next (run_stage), so a thread's stream stays warm from chunk to chunk.
+  // (Small matrices, 896 x 896, 2 threads, 4 chunks each: Q4_0 22.9 -> 27.6 GB/s.)
   const int64_t panel_bytes = P * IO::R * static_cast<int64_t>(row_bytes);
   const int64_t next = n * static_cast<int64_t>(row_bytes) + panel_bytes;
-  const int64_t pf_end = n_end * static_cast<int64_t>(row_bytes);
+  const int64_t pf_end = N * static_cast<int64_t>(row_bytes);
   if constexpr (T == GgmlType::Q8_0 && TM == 1 && P == 1 && has_row_q8<IO>() && !is_packed<PN>()) {
     if (IO::R * static_cast<int64_t>(row_bytes) <= INT32_MAX) {  // gather offsets are int32
       gemv_panel_q8_rows<IO>(W, row_bytes, nu, x, pan[0], next, pf_end, facc[0][0]);
