@@ -221,7 +221,7 @@ struct PackedPanel {
   // line at a time, each load with its own fetch, interleaved with the work on it: a synthetic
   // loop of 4 VNNI steps per line, 2 threads, streamed 40.6 GB/s so and 27.6 when it loaded 8
   // lines in a burst before working on them. So the decode loads each line where it is used
-  // (gemv_octet's need, gemv_unit_k4, gemv_unit_q6k) rather than 8 at a time; with bursts of
+  // (gemv_octet's need, gemv_unit_k4, gemv_unit_q6k_lines) rather than 8 at a time; with bursts of
   // fetches per block as well (the scheme before), the same kernels streamed 20 % slower.
   int64_t ahead = 0;
   const uint8_t* stop = nullptr;
@@ -765,8 +765,73 @@ NPULLM_HOT void gemv_unit_k4(const PN& p, int64_t u, const XQ& x, typename IO::V
   }
 }
 
-// Q6_K: each half h loads ql[0..31] (a), ql[32..63] (b) and qh[0..31]; quarters 0 and 2 (low /
-// high nibbles of a) are consumed before b is loaded, then quarters 1 and 3.
+// Q6_K from a packed panel for M <= 2, a line at a time (PackedPanel::ahead): dword g of ql[0..31] (a),
+// ql[32..63] (b) and qh[0..31] of half h hold, for element 4g..4g+3 of each quarter, the low nibbles
+// (quarters 0, 1: a, b; 2, 3: their high nibbles) and the two high bits (qh bits 0-1, 2-3, 4-5,
+// 6-7 for quarters 0..3). So the three lines of a dword g feed all four quarters at once, and each
+// line is loaded once, where it is used, with 4 sub-block sums live: the loop below (gemv_unit_q6k)
+// keeps 16 lines of qh and ql in registers instead and spilled (112 stack accesses in its loop).
+// Same integers: each sub-block's dot steps in the same order, and the exact sum over sub-blocks
+// does not depend on their order.
+template <class IO, int TM, class PN>
+NPULLM_HOT void gemv_unit_q6k_lines(const PN& p, int64_t u, const XQ& x, typename IO::VF (&facc)[TM][1]) {
+  using VI = typename IO::VI;
+  using VF = typename IO::VF;
+  const int64_t o = u * 210;
+  VI scw[4];
+  ld<4>(p, o + 192, scw);
+  VI isc[TM];
+  NPULLM_UNROLL_I8
+  for (int m = 0; m < TM; ++m) isc[m] = IO::zero();
+  NPULLM_UNROLL_I8
+  for (int h = 0; h < 2; ++h) {
+    NPULLM_UNROLL_I8
+    for (int jj = 0; jj < 2; ++jj) {  // sub-block jj of 16 in each quarter: dwords 4jj .. 4jj + 3
+      VI ia[4][TM];
+      NPULLM_UNROLL_I8
+      for (int q = 0; q < 4; ++q)
+        NPULLM_UNROLL_I8
+        for (int m = 0; m < TM; ++m) ia[q][m] = IO::set1(x.c[m * x.ldc + 16 * u + 8 * h + 2 * q + jj]);
+      NPULLM_UNROLL_I8
+      for (int g = 4 * jj; g < 4 * jj + 4; g += 2) {
+        VI w[4][2];
+        NPULLM_UNROLL_I8
+        for (int i = 0; i < 2; ++i) {
+          const VI a = ld1<IO>(p, o + 64 * h + 4 * (g + i));
+          const VI b = ld1<IO>(p, o + 64 * h + 32 + 4 * (g + i));
+          const VI hq = ld1<IO>(p, o + 128 + 32 * h + 4 * (g + i));
+          w[0][i] = IO::or_(IO::and_(a, 0x0F0F0F0F), IO::and_(IO::slli(hq, 4), 0x30303030));
+          w[1][i] = IO::or_(IO::and_(b, 0x0F0F0F0F), IO::and_(IO::slli(hq, 2), 0x30303030));
+          w[2][i] = IO::or_(IO::and_(IO::srli(a, 4), 0x0F0F0F0F), IO::and_(hq, 0x30303030));
+          w[3][i] = IO::or_(IO::and_(IO::srli(b, 4), 0x0F0F0F0F), IO::and_(IO::srli(hq, 2), 0x30303030));
+        }
+        NPULLM_UNROLL_I8
+        for (int q = 0; q < 4; ++q)
+          NPULLM_UNROLL_I8
+          for (int m = 0; m < TM; ++m) {
+            const int8_t* xr = x.q + m * x.ldq + 256 * u + 128 * h + 32 * q + 4 * g;
+            const VI xb[2] = {IO::bcast32(xr), IO::bcast32(xr + 4)};
+            ia[q][m] = IO::dot2_u8(ia[q][m], w[q], xb);
+          }
+      }
+      NPULLM_UNROLL_I8
+      for (int q = 0; q < 4; ++q) {
+        const int j = 8 * h + 2 * q + jj;
+        const VI sc = IO::sext8(scw[j / 4], j % 4);
+        NPULLM_UNROLL_I8
+        for (int m = 0; m < TM; ++m) isc[m] = IO::add(isc[m], IO::mullo(ia[q][m], sc));
+      }
+    }
+  }
+  const VF d = IO::f16hi(ld1<IO>(p, o + 206));
+  NPULLM_UNROLL_I8
+  for (int m = 0; m < TM; ++m)
+    facc[m][0] = IO::fmaf(IO::cvt(isc[m]), IO::mulf(IO::bcastf(x.d[m * x.ldd + u]), d), facc[m][0]);
+}
+
+// Q6_K from rows (tload8 transposes 8 dwords at once), and from a packed panel for M > 2: each half
+// h loads ql[0..31] (a), ql[32..63] (b) and qh[0..31]; quarters 0 and 2 (low / high nibbles of a)
+// are consumed before b is loaded, then quarters 1 and 3.
 template <class IO, int TM, class PN>
 NPULLM_HOT void gemv_unit_q6k(const PN& p, int64_t u, const XQ& x, typename IO::VF (&facc)[TM][1]) {
   using VI = typename IO::VI;
@@ -1091,7 +1156,8 @@ void gemv_panels(const uint8_t* W, size_t row_bytes, int64_t nu, const XQ& x, in
     } else if constexpr (fused && T != GgmlType::Q6_K) {
       gemv_unit_k4<IO, T, TM>(pan[0], u, x, facc);
     } else if constexpr (fused) {
-      gemv_unit_q6k<IO, TM>(pan[0], u, x, facc);
+      if constexpr (packed && TM <= 2) gemv_unit_q6k_lines<IO, TM>(pan[0], u, x, facc);  // (4 TM sums live)
+      else gemv_unit_q6k<IO, TM>(pan[0], u, x, facc);
     } else {
       for (int q = 0; q < P; ++q) decode_units<IO, T>(pan[q], u, cnt, buf[q]);
       for (int i = 0; i < cnt; ++i) {
