@@ -188,16 +188,14 @@ std::unique_ptr<Problem> make_problem(GgmlType t, int64_t M, int64_t K, int64_t 
 }
 
 // One matmul split as the CPU device splits it: threads * 4 chunks of N, multiples of 16 rows,
-// item k running chunk (k % T) * (chunks / T) + k / T when T divides the count (run_stage's
-// chunk_of: each thread's chunks contiguous when the threads go in step).
+// item k running chunk WorkerPool::in_step_range(k, chunks).
 void run_matmul(cpu::WorkerPool& pool, Problem& p, const uint8_t* W) {
   const int64_t grain = 16;
   const int64_t chunks = std::min<int64_t>((p.N + grain - 1) / grain, pool.threads() * 4);
   const int64_t per = (p.N + chunks - 1) / chunks;
   const int64_t step = (per + grain - 1) / grain * grain;
-  const int64_t T = pool.threads();
   pool.run(chunks, [&](int64_t k, int worker) {
-    const int64_t c = chunks % T == 0 ? (k % T) * (chunks / T) + k / T : k;
+    const int64_t c = pool.in_step_range(k, chunks);
     const int64_t b = std::min(p.N, c * step), e = std::min(p.N, b + step);
     if (b < e)
       cpu::matmul(p.x.data(), p.M, p.K, W, p.type, nullptr, nullptr, p.out.data(), p.N, b, e,

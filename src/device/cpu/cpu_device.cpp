@@ -346,17 +346,6 @@ class CpuDevice final : public device::Device {
       for (size_t i : q.tasks) xq_[i] = xq_buf_.data() + q.off;
   }
 
-  // The chunk of a task that its item k (of `count`) runs. The pool hands items out in order, so
-  // with T threads in step thread t takes items t, t + T, t + 2T, ...; those run the chunks
-  // t * count / T onward, one after another, and a thread's decode matmul then reads one
-  // contiguous range of the weight, its fetches running on from a chunk into its next one
-  // (gemv_panels). Any other order (a thread held up, one that woke late) is only slower.
-  int64_t chunk_of(int64_t k, int64_t count) const {
-    const int64_t T = pool_.threads();
-    if (count % T != 0) return k;
-    return (k % T) * (count / T) + k / T;
-  }
-
   // Cuts each task of the stage into chunks, numbers all chunks 0..n-1, and lets the pool take them.
   void run_stage(const TaskDesc* tasks, size_t n) {
     const auto t0 = std::chrono::steady_clock::now();
@@ -378,7 +367,7 @@ class CpuDevice final : public device::Device {
     }
     pool_.run(chunk_start_[n], [&](int64_t item, int worker) {
       const size_t i = static_cast<size_t>(std::upper_bound(chunk_start_.begin(), chunk_start_.end(), item) - chunk_start_.begin() - 1);
-      const int64_t c = chunk_of(item - chunk_start_[i], chunk_count_[i]);
+      const int64_t c = pool_.in_step_range(item - chunk_start_[i], chunk_count_[i]);  // (see there)
       const Split s = split_of(tasks[i]);
       // Chunk boundaries are multiples of the grain so vector kernels see aligned ranges.
       const int64_t per = (s.length + chunk_count_[i] - 1) / chunk_count_[i];

@@ -70,6 +70,7 @@ namespace {
 // transposed loads pass their vectors through memory and the row pointers spill (measured 25 %
 // slower), and GCC's size heuristics do not always inline them on their own.
 #define NPULLM_HOT inline __attribute__((always_inline))
+#define NPULLM_HOT_LAMBDA __attribute__((always_inline))
 
 // ---- which types, which activation format --------------------------------------------------------
 
@@ -221,7 +222,7 @@ struct PackedPanel {
   // line at a time, each load with its own fetch, interleaved with the work on it: a synthetic
   // loop of 4 VNNI steps per line, 2 threads, streamed 40.6 GB/s so and 27.6 when it loaded 8
   // lines in a burst before working on them. So the decode loads each line where it is used
-  // (gemv_octet's need, gemv_unit_k4, gemv_unit_q6k_lines) rather than 8 at a time; with bursts of
+  // (gemv_octet's need, gemv_unit_k4, gemv_unit_q6k) rather than 8 at a time; with bursts of
   // fetches per block as well (the scheme before), the same kernels streamed 20 % slower.
   int64_t ahead = 0;
   const uint8_t* stop = nullptr;
@@ -303,6 +304,16 @@ NPULLM_HOT typename IO::VI k4_min(const typename IO::VI* hdr, int j) {
 template <class IO>
 NPULLM_HOT typename IO::VI k4_min_pair(const typename IO::VI* hdr, int i) {
   return IO::or_(k4_min<IO>(hdr, 2 * i), IO::slli(k4_min<IO>(hdr, 2 * i + 1), 16));
+}
+
+// Q6_K: the 6-bit weights (+ 32) of quarter q (0..3) of a half, 4 per lane, from a dword of ql
+// (bytes 0..31 for quarters 0 and 2, 32..63 for 1 and 3: low nibbles for 0 and 1, high for 2 and 3)
+// and the dword of qh at the same place (bits 2q, 2q + 1 of each byte).
+template <class IO>
+NPULLM_HOT typename IO::VI q6k_weight(typename IO::VI ql, typename IO::VI qh, int q) {
+  const typename IO::VI lo4 = q >= 2 ? IO::and_(IO::srli(ql, 4), 0x0F0F0F0F) : IO::and_(ql, 0x0F0F0F0F);
+  const typename IO::VI hb = q == 0 ? IO::slli(qh, 4) : q == 1 ? IO::slli(qh, 2) : q == 2 ? qh : IO::srli(qh, 2);
+  return IO::or_(lo4, IO::and_(hb, 0x30303030));
 }
 
 template <class IO, GgmlType T, class PN>
@@ -392,10 +403,8 @@ NPULLM_HOT void decode_unit(const PN& p, int64_t u, typename IO::VI* dec) {
       for (int g = 0; g < 8; ++g) {
         // Element 128h + 32Q + 4g + i: sub-block 8h + 2Q + g / 4, group g % 4 inside it.
         const int base = 4 * (8 * h) + g;  // G index = 4 * sub-block + g % 4 = 32h + 8Q + g
-        dec[base + 0] = IO::or_(IO::and_(a[g], 0x0F0F0F0F), IO::and_(IO::slli(qh[g], 4), 0x30303030));
-        dec[base + 8] = IO::or_(IO::and_(b[g], 0x0F0F0F0F), IO::and_(IO::slli(qh[g], 2), 0x30303030));
-        dec[base + 16] = IO::or_(IO::and_(IO::srli(a[g], 4), 0x0F0F0F0F), IO::and_(qh[g], 0x30303030));
-        dec[base + 24] = IO::or_(IO::and_(IO::srli(b[g], 4), 0x0F0F0F0F), IO::and_(IO::srli(qh[g], 2), 0x30303030));
+        NPULLM_UNROLL_I8
+        for (int q = 0; q < 4; ++q) dec[base + 8 * q] = q6k_weight<IO>(q % 2 ? b[g] : a[g], qh[g], q);
       }
     }
   }
@@ -765,73 +774,16 @@ NPULLM_HOT void gemv_unit_k4(const PN& p, int64_t u, const XQ& x, typename IO::V
   }
 }
 
-// Q6_K from a packed panel for M <= 2, a line at a time (PackedPanel::ahead): dword g of ql[0..31] (a),
-// ql[32..63] (b) and qh[0..31] of half h hold, for element 4g..4g+3 of each quarter, the low nibbles
-// (quarters 0, 1: a, b; 2, 3: their high nibbles) and the two high bits (qh bits 0-1, 2-3, 4-5,
-// 6-7 for quarters 0..3). So the three lines of a dword g feed all four quarters at once, and each
-// line is loaded once, where it is used, with 4 sub-block sums live: the loop below (gemv_unit_q6k)
-// keeps 16 lines of qh and ql in registers instead and spilled (112 stack accesses in its loop).
-// Same integers: each sub-block's dot steps in the same order, and the exact sum over sub-blocks
-// does not depend on their order.
-template <class IO, int TM, class PN>
-NPULLM_HOT void gemv_unit_q6k_lines(const PN& p, int64_t u, const XQ& x, typename IO::VF (&facc)[TM][1]) {
-  using VI = typename IO::VI;
-  using VF = typename IO::VF;
-  const int64_t o = u * 210;
-  VI scw[4];
-  ld<4>(p, o + 192, scw);
-  VI isc[TM];
-  NPULLM_UNROLL_I8
-  for (int m = 0; m < TM; ++m) isc[m] = IO::zero();
-  NPULLM_UNROLL_I8
-  for (int h = 0; h < 2; ++h) {
-    NPULLM_UNROLL_I8
-    for (int jj = 0; jj < 2; ++jj) {  // sub-block jj of 16 in each quarter: dwords 4jj .. 4jj + 3
-      VI ia[4][TM];
-      NPULLM_UNROLL_I8
-      for (int q = 0; q < 4; ++q)
-        NPULLM_UNROLL_I8
-        for (int m = 0; m < TM; ++m) ia[q][m] = IO::set1(x.c[m * x.ldc + 16 * u + 8 * h + 2 * q + jj]);
-      NPULLM_UNROLL_I8
-      for (int g = 4 * jj; g < 4 * jj + 4; g += 2) {
-        VI w[4][2];
-        NPULLM_UNROLL_I8
-        for (int i = 0; i < 2; ++i) {
-          const VI a = ld1<IO>(p, o + 64 * h + 4 * (g + i));
-          const VI b = ld1<IO>(p, o + 64 * h + 32 + 4 * (g + i));
-          const VI hq = ld1<IO>(p, o + 128 + 32 * h + 4 * (g + i));
-          w[0][i] = IO::or_(IO::and_(a, 0x0F0F0F0F), IO::and_(IO::slli(hq, 4), 0x30303030));
-          w[1][i] = IO::or_(IO::and_(b, 0x0F0F0F0F), IO::and_(IO::slli(hq, 2), 0x30303030));
-          w[2][i] = IO::or_(IO::and_(IO::srli(a, 4), 0x0F0F0F0F), IO::and_(hq, 0x30303030));
-          w[3][i] = IO::or_(IO::and_(IO::srli(b, 4), 0x0F0F0F0F), IO::and_(IO::srli(hq, 2), 0x30303030));
-        }
-        NPULLM_UNROLL_I8
-        for (int q = 0; q < 4; ++q)
-          NPULLM_UNROLL_I8
-          for (int m = 0; m < TM; ++m) {
-            const int8_t* xr = x.q + m * x.ldq + 256 * u + 128 * h + 32 * q + 4 * g;
-            const VI xb[2] = {IO::bcast32(xr), IO::bcast32(xr + 4)};
-            ia[q][m] = IO::dot2_u8(ia[q][m], w[q], xb);
-          }
-      }
-      NPULLM_UNROLL_I8
-      for (int q = 0; q < 4; ++q) {
-        const int j = 8 * h + 2 * q + jj;
-        const VI sc = IO::sext8(scw[j / 4], j % 4);
-        NPULLM_UNROLL_I8
-        for (int m = 0; m < TM; ++m) isc[m] = IO::add(isc[m], IO::mullo(ia[q][m], sc));
-      }
-    }
-  }
-  const VF d = IO::f16hi(ld1<IO>(p, o + 206));
-  NPULLM_UNROLL_I8
-  for (int m = 0; m < TM; ++m)
-    facc[m][0] = IO::fmaf(IO::cvt(isc[m]), IO::mulf(IO::bcastf(x.d[m * x.ldd + u]), d), facc[m][0]);
-}
-
-// Q6_K from rows (tload8 transposes 8 dwords at once), and from a packed panel for M > 2: each half
-// h loads ql[0..31] (a), ql[32..63] (b) and qh[0..31]; quarters 0 and 2 (low / high nibbles of a)
-// are consumed before b is loaded, then quarters 1 and 3.
+// Q6_K, one super-block. Two loop shapes, the same integers (each sub-block's dot steps in the same
+// order; the exact sum over sub-blocks does not depend on theirs):
+//  - a packed panel and M <= 2, a line at a time (PackedPanel::ahead): dword g of ql[0..31] (a),
+//    ql[32..63] (b) and qh[0..31] of half h holds elements 4g..4g+3 of all four quarters, so those
+//    three lines are loaded once, where used, and feed the four quarters' sums at once. (The other
+//    shape kept 16 lines of qh and ql in registers here and spilled: 112 stack accesses in its loop;
+//    DecodePanels 25.7 -> 27.1-27.3 GB/s, 2 threads.)
+//  - rows (tload8 transposes 8 dwords at once), and packed for M > 2 (4 x M live sums would spill):
+//    each half h loads qh[0..31], then a and b in turn; quarters 0 and 2 (low / high nibbles of a)
+//    are consumed before b is loaded, then quarters 1 and 3.
 template <class IO, int TM, class PN>
 NPULLM_HOT void gemv_unit_q6k(const PN& p, int64_t u, const XQ& x, typename IO::VF (&facc)[TM][1]) {
   using VI = typename IO::VI;
@@ -842,49 +794,79 @@ NPULLM_HOT void gemv_unit_q6k(const PN& p, int64_t u, const XQ& x, typename IO::
   VI isc[TM];
   NPULLM_UNROLL_I8
   for (int m = 0; m < TM; ++m) isc[m] = IO::zero();
-  NPULLM_UNROLL_I8
-  for (int h = 0; h < 2; ++h) {
-    VI qh[8];
-    ld<8>(p, o + 128 + 32 * h, qh);
+  // ia (sub-block j's dot sums) scaled by its signed scale into isc.
+  auto add_scaled = [&](const VI (&ia)[TM], int j) NPULLM_HOT_LAMBDA {
+    const VI sc = IO::sext8(scw[j / 4], j % 4);
     NPULLM_UNROLL_I8
-    for (int half = 0; half < 2; ++half) {  // ql bytes 0..31 (quarters 0, 2), then 32..63 (1, 3)
-      VI t[8];
-      if constexpr (is_packed<PN>()) {  // a line at a time (PackedPanel::ahead)
-        NPULLM_UNROLL_I8
-        for (int g = 0; g < 8; ++g) t[g] = ld1<IO>(p, o + 64 * h + 32 * half + 4 * g);
-      } else {
-        ld<8>(p, o + 64 * h + 32 * half, t);
-      }
+    for (int m = 0; m < TM; ++m) isc[m] = IO::add(isc[m], IO::mullo(ia[m], sc));
+  };
+  // Two dot steps (dwords g, g + 1 of quarter q of half h) for every row of x.
+  auto dot_pair = [&](VI (&ia)[TM], const VI (&w)[2], int h, int q, int g) NPULLM_HOT_LAMBDA {
+    NPULLM_UNROLL_I8
+    for (int m = 0; m < TM; ++m) {
+      const int8_t* xr = x.q + m * x.ldq + 256 * u + 128 * h + 32 * q + 4 * g;
+      const VI xb[2] = {IO::bcast32(xr), IO::bcast32(xr + 4)};
+      ia[m] = IO::dot2_u8(ia[m], w, xb);
+    }
+  };
+  auto init = [&](VI (&ia)[TM], int j) NPULLM_HOT_LAMBDA {
+    NPULLM_UNROLL_I8
+    for (int m = 0; m < TM; ++m) ia[m] = IO::set1(x.c[m * x.ldc + 16 * u + j]);
+  };
+  if constexpr (is_packed<PN>() && TM <= 2) {
+    NPULLM_UNROLL_I8
+    for (int h = 0; h < 2; ++h) {
       NPULLM_UNROLL_I8
-      for (int hi = 0; hi < 2; ++hi) {
-        const int quarter = half + 2 * hi;
+      for (int jj = 0; jj < 2; ++jj) {  // sub-block jj of 16 in each quarter: dwords 4jj .. 4jj + 3
+        VI ia[4][TM];
         NPULLM_UNROLL_I8
-        for (int jj = 0; jj < 2; ++jj) {  // the two sub-blocks of 16 in this quarter
-          const int j = 8 * h + 2 * quarter + jj;
-          VI ia[TM];
+        for (int q = 0; q < 4; ++q) init(ia[q], 8 * h + 2 * q + jj);
+        NPULLM_UNROLL_I8
+        for (int g = 4 * jj; g < 4 * jj + 4; g += 2) {
+          VI w[4][2];
           NPULLM_UNROLL_I8
-          for (int m = 0; m < TM; ++m) ia[m] = IO::set1(x.c[m * x.ldc + 16 * u + j]);
-          NPULLM_UNROLL_I8
-          for (int g = 4 * jj; g < 4 * jj + 4; g += 2) {
-            VI w[2];
+          for (int i = 0; i < 2; ++i) {
+            const VI a = ld1<IO>(p, o + 64 * h + 4 * (g + i));
+            const VI b = ld1<IO>(p, o + 64 * h + 32 + 4 * (g + i));
+            const VI hq = ld1<IO>(p, o + 128 + 32 * h + 4 * (g + i));
             NPULLM_UNROLL_I8
-            for (int i = 0; i < 2; ++i) {
-              const VI tg = t[g + i], hg = qh[g + i];
-              const VI lo4 = hi ? IO::and_(IO::srli(tg, 4), 0x0F0F0F0F) : IO::and_(tg, 0x0F0F0F0F);
-              const VI hb = quarter == 0 ? IO::slli(hg, 4) : quarter == 1 ? IO::slli(hg, 2)
-                          : quarter == 2 ? hg : IO::srli(hg, 2);
-              w[i] = IO::or_(lo4, IO::and_(hb, 0x30303030));
-            }
-            NPULLM_UNROLL_I8
-            for (int m = 0; m < TM; ++m) {
-              const int8_t* xr = x.q + m * x.ldq + 256 * u + 128 * h + 32 * quarter + 4 * g;
-              const VI xb[2] = {IO::bcast32(xr), IO::bcast32(xr + 4)};
-              ia[m] = IO::dot2_u8(ia[m], w, xb);
-            }
+            for (int q = 0; q < 4; ++q) w[q][i] = q6k_weight<IO>(q % 2 ? b : a, hq, q);
           }
-          const VI sc = IO::sext8(scw[j / 4], j % 4);
           NPULLM_UNROLL_I8
-          for (int m = 0; m < TM; ++m) isc[m] = IO::add(isc[m], IO::mullo(ia[m], sc));
+          for (int q = 0; q < 4; ++q) dot_pair(ia[q], w[q], h, q, g);
+        }
+        NPULLM_UNROLL_I8
+        for (int q = 0; q < 4; ++q) add_scaled(ia[q], 8 * h + 2 * q + jj);
+      }
+    }
+  } else {
+    NPULLM_UNROLL_I8
+    for (int h = 0; h < 2; ++h) {
+      VI qh[8];
+      ld<8>(p, o + 128 + 32 * h, qh);
+      NPULLM_UNROLL_I8
+      for (int half = 0; half < 2; ++half) {  // ql bytes 0..31 (quarters 0, 2), then 32..63 (1, 3)
+        VI t[8];
+        if constexpr (is_packed<PN>()) {  // a line at a time (PackedPanel::ahead)
+          NPULLM_UNROLL_I8
+          for (int g = 0; g < 8; ++g) t[g] = ld1<IO>(p, o + 64 * h + 32 * half + 4 * g);
+        } else {
+          ld<8>(p, o + 64 * h + 32 * half, t);
+        }
+        NPULLM_UNROLL_I8
+        for (int hi = 0; hi < 2; ++hi) {
+          const int quarter = half + 2 * hi;
+          NPULLM_UNROLL_I8
+          for (int jj = 0; jj < 2; ++jj) {  // the two sub-blocks of 16 in this quarter
+            VI ia[TM];
+            init(ia, 8 * h + 2 * quarter + jj);
+            NPULLM_UNROLL_I8
+            for (int g = 4 * jj; g < 4 * jj + 4; g += 2) {
+              const VI w[2] = {q6k_weight<IO>(t[g], qh[g], quarter), q6k_weight<IO>(t[g + 1], qh[g + 1], quarter)};
+              dot_pair(ia, w, h, quarter, g);
+            }
+            add_scaled(ia, 8 * h + 2 * quarter + jj);
+          }
         }
       }
     }
@@ -1109,7 +1091,7 @@ void gemv_panels(const uint8_t* W, size_t row_bytes, int64_t nu, const XQ& x, in
   // Byte offsets in W: the next panel starts at `next`; nothing at or past `pf_end` is fetched.
   // That is the end of the matrix, not of this call's rows [n, n_end): the last panels of a chunk
   // fetch the first of the next one, which the CPU device arranges to be, most of the time, the
-  // chunk this thread takes next (run_stage), so a thread's stream stays warm from chunk to chunk.
+  // chunk this thread takes next (WorkerPool::in_step_range), so a thread's stream stays warm from chunk to chunk.
   // (Small matrices, 896 x 896, 2 threads, 4 chunks each: Q4_0 22.9 -> 27.6 GB/s.)
   const int64_t panel_bytes = P * IO::R * static_cast<int64_t>(row_bytes);
   const int64_t next = n * static_cast<int64_t>(row_bytes) + panel_bytes;
@@ -1156,8 +1138,7 @@ void gemv_panels(const uint8_t* W, size_t row_bytes, int64_t nu, const XQ& x, in
     } else if constexpr (fused && T != GgmlType::Q6_K) {
       gemv_unit_k4<IO, T, TM>(pan[0], u, x, facc);
     } else if constexpr (fused) {
-      if constexpr (packed && TM <= 2) gemv_unit_q6k_lines<IO, TM>(pan[0], u, x, facc);  // (4 TM sums live)
-      else gemv_unit_q6k<IO, TM>(pan[0], u, x, facc);
+      gemv_unit_q6k<IO, TM>(pan[0], u, x, facc);
     } else {
       for (int q = 0; q < P; ++q) decode_units<IO, T>(pan[q], u, cnt, buf[q]);
       for (int i = 0; i < cnt; ++i) {

@@ -29,6 +29,17 @@ class WorkerPool {
 
   int threads() const { return n_threads_; }
 
+  // For a job of `count` items that are ranges of one piece of data, in order: the range item k
+  // should cover so that each thread's ranges are contiguous. run() hands items out in order, so
+  // with T threads in step thread t takes items t, t + T, t + 2T, ...; those get ranges t * count / T
+  // onward, one after another (a decode matmul then reads one run of the weight per thread, its
+  // fetches going on from a range into the next). Any other order (a thread held up, one that woke
+  // late) is only slower. The identity where T does not divide the count.
+  int64_t in_step_range(int64_t k, int64_t count) const {
+    if (count % n_threads_ != 0) return k;
+    return (k % n_threads_) * (count / n_threads_) + k / n_threads_;
+  }
+
   // Calls fn(item, worker) for every item in [0, n_items); worker is in [0, threads()). With
   // parallel false the caller runs them all (a job too small to be worth waking anyone for).
   template <typename Fn>
