@@ -13,6 +13,8 @@ namespace npullm::blob {
 enum class OpCode : uint32_t {
   // out[s, :] = dequant(table[ids[s], :]).  ptr: 0 table (type[0]), 1 ids (i32), 2 out.
   // dim: 0 S, 1 D (row length), 2 V (rows in table). Ids outside [0, V) give a zero row.
+  // iparam 0: the table's layout (WeightLayout, as MatMul's W: a tied embedding is also the output
+  // projection's weight, and then takes the layout that one reads fastest).
   Embed = 1,
   // out[s, :] = x[s, :] / sqrt(mean(x[s, :]^2) + eps) * w.  ptr: 0 x, 1 w (f32 [D]), 2 out.
   // dim: 0 S, 1 D. fparam 0 eps. (Per-head norms are S = tokens x heads rows of D = head size.)

@@ -241,6 +241,7 @@ class Lowering {
           task.op = static_cast<uint32_t>(OpCode::Embed);
           bind_operand(task, t, 0, in(0)); bind_operand(task, t, 1, in(1)); bind_operand(task, t, 2, id);
           task.dim[0] = S; task.dim[1] = n.shape.at(1).value; task.dim[2] = shape_of(0).at(0).value;
+          if (g_.node(in(0)).op == Op::Weight) task.iparam[0] = static_cast<int32_t>(weight_layout(in(0)));
           break;
         case Op::RmsNorm: {
           task.op = static_cast<uint32_t>(OpCode::RmsNorm);
@@ -392,8 +393,10 @@ class Lowering {
   AliasSets sets_;
   std::vector<int> stage_;
   int n_stages_ = 0;
-  // Panels16 for a weight whose every reader is a MatMul taking it as its weight (input 1), of a
-  // type the options list; rows (as in GGUF) otherwise.
+  // Panels16 for a weight that some MatMul takes as its weight (input 1) and that nothing else reads
+  // but an Embed as its table (a tied embedding: the output projection streams the whole table each
+  // token, the lookup gathers a row or two from the panels), of a type the options list; rows (as
+  // in GGUF) otherwise.
   WeightLayout weight_layout(int w) const {
     const ir::Node& n = g_.node(w);
     const auto type = static_cast<GgmlType>(n.type);
@@ -405,6 +408,7 @@ class Lowering {
       const ir::Node& u = g_.node(i);
       for (size_t k = 0; k < u.inputs.size(); ++k) {
         if (u.inputs[k] != w) continue;
+        if (u.op == Op::Embed && k == 0) continue;
         if (u.op != Op::MatMul || k != 1) return WeightLayout::Rows;
         read = true;
       }

@@ -50,4 +50,12 @@ void pack_panels16(GgmlType t, const void* src, int64_t N, int64_t K, void* dst,
   }
 }
 
+void unpack_panels16_row(GgmlType t, const void* packed, int64_t K, int64_t n, void* dst) {
+  const size_t row = ggml_row_bytes(t, K), stride = panels16_stride(t, K);
+  const auto* in = static_cast<const uint8_t*>(packed) + static_cast<size_t>(n / 16) * 16 * stride + 4 * static_cast<size_t>(n % 16);
+  auto* out = static_cast<uint8_t*>(dst);
+  for (size_t w = 0; w < row / 4; ++w) std::memcpy(out + 4 * w, in + 64 * w, 4);
+  std::memcpy(out + row / 4 * 4, in + 64 * (row / 4), row % 4);
+}
+
 }  // namespace npullm

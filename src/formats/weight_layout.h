@@ -32,6 +32,9 @@ bool panels16_possible(GgmlType t, int64_t K);
 size_t panels16_stride(GgmlType t, int64_t K);
 // Bytes of an N x K weight of type t in layout l.
 size_t weight_bytes(GgmlType t, int64_t N, int64_t K, WeightLayout l);
+// Copies row n of a Panels16 weight (N x K of type t) back into its GGUF form: ggml_row_bytes(t, K)
+// bytes at dst (an embedding lookup in a table that is also a MatMul's weight).
+void unpack_panels16_row(GgmlType t, const void* packed, int64_t K, int64_t n, void* dst);
 // Writes panels [p0, p1) of the Panels16 form of the Rows weight `src` (N x K of type t) into dst
 // (weight_bytes(t, N, K, Panels16) bytes; the trailing 64 bytes are written with the last panel).
 void pack_panels16(GgmlType t, const void* src, int64_t N, int64_t K, void* dst, int64_t p0, int64_t p1);

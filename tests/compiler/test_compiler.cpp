@@ -237,8 +237,9 @@ TEST(Compiler, StateBuffersAndOperandTypesFollowTheKvType) {
 namespace npullm {
 namespace {
 
-// Weights read only as MatMul weights, of a listed type, are stored as Panels16 (rows padded to
-// whole dwords); a weight another op reads (here the tied embedding) stays as rows.
+// Weights read as MatMul weights, of a listed type, are stored as Panels16 (rows padded to whole
+// dwords), and so is a tied embedding (an Embed's table and a MatMul's weight), its Embed told so;
+// a table only an Embed reads stays as rows.
 TEST(Compiler, Panels16OnlyForMatMulOnlyWeightsOfListedTypes) {
   constexpr uint32_t kQ4_0 = 2, kQ8_0 = 8;
   ir::Graph g;
@@ -249,12 +250,15 @@ TEST(Compiler, Panels16OnlyForMatMulOnlyWeightsOfListedTypes) {
   int embd = weight("embd", kQ8_0, 64, 32);
   int w1 = weight("w1", kQ4_0, 64, 40);
   int w2 = weight("w2", kQ4_0, 32, 16);
+  int lone = weight("lone", kQ8_0, 64, 32);
   int x = g.add({.op = Op::Embed, .name = "x", .inputs = {embd, ids}, .shape = {"seq", 64}, .type = kF32});
+  int x2 = g.add({.op = Op::Embed, .name = "x2", .inputs = {lone, ids}, .shape = {"seq", 64}, .type = kF32});
   int y = g.add({.op = Op::MatMul, .name = "y", .inputs = {x, w1, ir::kNoInput, ir::kNoInput}, .shape = {"seq", 40}, .type = kF32});
   int z = g.add({.op = Op::MatMul, .name = "z", .inputs = {x, embd, ir::kNoInput, ir::kNoInput}, .shape = {"seq", 32}, .type = kF32});
   int r = g.add({.op = Op::MatMul, .name = "r", .inputs = {z, w2, ir::kNoInput, ir::kNoInput}, .shape = {"seq", 16}, .type = kF32});
   g.add({.op = Op::Result, .name = "y", .inputs = {y}, .shape = {"seq", 40}, .type = kF32});
   g.add({.op = Op::Result, .name = "r", .inputs = {r}, .shape = {"seq", 16}, .type = kF32});
+  g.add({.op = Op::Result, .name = "x2", .inputs = {x2}, .shape = {"seq", 64}, .type = kF32});
 
   for (bool packed : {false, true}) {
     compiler::CompileOptions opt{"p", {{"seq", 4}}};
@@ -263,9 +267,11 @@ TEST(Compiler, Panels16OnlyForMatMulOnlyWeightsOfListedTypes) {
     const blob::BlobImage img = blob::read_blob(bytes.data(), bytes.size(), "p");
     std::map<std::string, blob::WeightRef> refs;
     for (const auto& w : img.weights) refs[w.name] = w;
-    ASSERT_EQ(refs.size(), 3u);
-    EXPECT_EQ(refs["embd"].layout, 0u);
-    EXPECT_EQ(refs["embd"].bytes, 32u * 68);
+    ASSERT_EQ(refs.size(), 4u);
+    EXPECT_EQ(refs["embd"].layout, packed ? 16u : 0u);
+    EXPECT_EQ(refs["embd"].bytes, packed ? 2u * 16 * 68 + 64 : 32u * 68);
+    EXPECT_EQ(refs["lone"].layout, 0u);
+    EXPECT_EQ(refs["lone"].bytes, 32u * 68);
     EXPECT_EQ(refs["w2"].layout, packed ? 16u : 0u);  // 18-byte rows, padded to 20
     EXPECT_EQ(refs["w2"].bytes, packed ? 16u * 20 + 64 : 16u * 18);
     EXPECT_EQ(refs["w1"].layout, packed ? 16u : 0u);
@@ -274,9 +280,13 @@ TEST(Compiler, Panels16OnlyForMatMulOnlyWeightsOfListedTypes) {
     for (const blob::TaskDesc& t : img.tasks) {
       if (t.op != static_cast<uint32_t>(blob::OpCode::MatMul)) continue;
       ++matmuls;
-      EXPECT_EQ(t.iparam[0], packed && t.dim[2] != 32 ? 16 : 0) << "MatMul with N = " << t.dim[2];
+      EXPECT_EQ(t.iparam[0], packed ? 16 : 0) << "MatMul with N = " << t.dim[2];
     }
     EXPECT_EQ(matmuls, 3);
+    std::vector<int32_t> embeds;  // x reads the tied table, x2 the lone one (tasks in graph order)
+    for (const blob::TaskDesc& t : img.tasks)
+      if (t.op == static_cast<uint32_t>(blob::OpCode::Embed)) embeds.push_back(t.iparam[0]);
+    EXPECT_EQ(embeds, (std::vector<int32_t>{packed ? 16 : 0, 0}));
   }
 }
 

@@ -1244,6 +1244,29 @@ TEST(Kernels, EmbedRowsDequantisesAndZeroesBadIds) {
   EXPECT_THROW(embed_rows(GgmlType::IQ2_XXS, out.data(), 1, 256, &id, out.data(), 0, 1), Error);
 }
 
+// A tied embedding's table in the Panels16 layout (the output projection's): the same rows, the same
+// bits, including the last panel's rows (V not a multiple of 16) and the 2-byte row tails of Q4_0.
+TEST(Kernels, EmbedRowsReadsPanels16TablesAsRows) {
+  for (auto [t, D] : std::vector<std::pair<GgmlType, int64_t>>{
+           {GgmlType::Q8_0, 64}, {GgmlType::Q4_0, 96}, {GgmlType::Q5_0, 64}, {GgmlType::Q4_K, 256}, {GgmlType::Q6_K, 256}}) {
+    SCOPED_TRACE(ggml_type_name(t));
+    const int64_t V = 37;
+    const Weights w = make_weights(t, V, D, 5);
+    std::vector<uint8_t> packed(weight_bytes(t, V, D, WeightLayout::Panels16));
+    pack_panels16(t, w.bytes.data(), V, D, packed.data(), 0, (V + 15) / 16);
+    const std::vector<int32_t> ids = {36, 0, 17, -1, 15, 16, 37, 5};
+    const int64_t S = static_cast<int64_t>(ids.size());
+    std::vector<float> rows(ids.size() * D, -5.0f), panels(ids.size() * D, 7.0f);
+    embed_rows(t, w.bytes.data(), V, D, ids.data(), rows.data(), 0, S);
+    embed_rows(t, packed.data(), V, D, ids.data(), panels.data(), 0, 3, WeightLayout::Panels16);
+    embed_rows(t, packed.data(), V, D, ids.data(), panels.data(), 3, S, WeightLayout::Panels16);
+    for (size_t i = 0; i < rows.size(); ++i) ASSERT_TRUE(same_bits(rows[i], panels[i])) << "element " << i;
+  }
+  std::vector<float> out(100);
+  const int32_t id = 0;
+  EXPECT_THROW(embed_rows(GgmlType::Q4_K, out.data(), 1, 100, &id, out.data(), 0, 1, WeightLayout::Panels16), Error);
+}
+
 TEST(Kernels, GatherRowsCopiesTheNamedRowsAndZeroesBadIndices) {
   const int64_t S = 6, R = 37;
   const std::vector<float> x = randn(S * R, 9);

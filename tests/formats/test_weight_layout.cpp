@@ -41,6 +41,13 @@ TEST(WeightLayout, Panels16IsTheDefinedPermutation) {
               << "panel " << p << " lane " << r << " dword " << d;
         }
     for (size_t i = bytes - 64; i < bytes; ++i) ASSERT_EQ(whole[i], 0) << i;
+    // and back: each row as GGUF stores it
+    std::vector<uint8_t> row(rb + 1, 0xEE);
+    for (int64_t n = 0; n < N; ++n) {
+      unpack_panels16_row(t, whole.data(), K, n, row.data());
+      ASSERT_EQ(std::memcmp(row.data(), &src[n * rb], rb), 0) << "row " << n;
+      ASSERT_EQ(row[rb], 0xEE) << "row " << n << " wrote past its bytes";
+    }
   }
 }
 

@@ -150,7 +150,8 @@ void attention_windows(const TaskDesc& t, int64_t b, int64_t e, float* work) {
 void run_chunk(const TaskDesc& t, int64_t b, int64_t e, float* work, const float* x, const void* xq) {
   switch (static_cast<OpCode>(t.op)) {
     case OpCode::Embed:
-      embed_rows(ty(t, 0), p<const void>(t, 0), t.dim[2], t.dim[1], p<const int32_t>(t, 1), p<float>(t, 2), b, e);
+      embed_rows(ty(t, 0), p<const void>(t, 0), t.dim[2], t.dim[1], p<const int32_t>(t, 1), p<float>(t, 2), b, e,
+                 static_cast<WeightLayout>(t.iparam[0]));
       break;
     case OpCode::RmsNorm:
       rmsnorm_rows(p<const float>(t, 0), p<const float>(t, 1), p<float>(t, 2), t.dim[1], t.fparam[0], b, e);
@@ -214,6 +215,12 @@ class CpuDevice final : public device::Device {
         if (layout != WeightLayout::Rows && (layout != WeightLayout::Panels16 || !matmul_reads_panels16(ty(t, 1), t.dim[1])))
           fail("cpu device: task {} (MatMul) has a {} weight of {} columns in layout {}, which this device cannot read", i,
                ggml_type_name(ty(t, 1)), t.dim[1], t.iparam[0]);
+      }
+      if (t.op == static_cast<uint32_t>(OpCode::Embed)) {
+        const auto layout = static_cast<WeightLayout>(t.iparam[0]);
+        if (layout != WeightLayout::Rows && (layout != WeightLayout::Panels16 || !panels16_possible(ty(t, 0), t.dim[1])))
+          fail("cpu device: task {} (Embed) has a {} table of {} columns in layout {}, which this device cannot read", i,
+               ggml_type_name(ty(t, 0)), t.dim[1], t.iparam[0]);
       }
       if (t.op == static_cast<uint32_t>(OpCode::Attention)) {
         need = std::max(need, attention_work_floats(t.dim[4]));

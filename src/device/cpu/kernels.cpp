@@ -22,6 +22,7 @@
 #include <cstring>
 #include <string>
 #include <string_view>
+#include <vector>
 
 #include "common/error.h"
 #include "device/cpu/kernels_impl.h"
@@ -339,12 +340,28 @@ void check_range(const char* kernel, const char* what, int64_t b, int64_t e, int
 // ---- cheap kernels (baseline code) ---------------------------------------------------------------
 
 void embed_rows(GgmlType table_type, const void* table, int64_t V, int64_t D, const int32_t* ids,
-                float* out, int64_t s0, int64_t s1) {
+                float* out, int64_t s0, int64_t s1, WeightLayout layout) {
   if (s0 >= s1) return;
   if (!ggml_type_traits(table_type).can_dequantize)
     fail("embed_rows: no dequantiser for table type {}", ggml_type_name(table_type));
   const size_t row_bytes = ggml_row_bytes(table_type, D);  // throws for partial blocks
   const auto* t = static_cast<const uint8_t*>(table);
+  if (layout == WeightLayout::Panels16) {
+    if (!panels16_possible(table_type, D))
+      fail("embed_rows: a {} table of {} columns cannot be in panels of 16 rows", ggml_type_name(table_type), D);
+    std::vector<uint8_t> row(row_bytes);
+    for (int64_t s = s0; s < s1; ++s) {
+      const int64_t id = ids[s];
+      float* o = out + s * D;
+      if (id < 0 || id >= V) {
+        std::memset(o, 0, static_cast<size_t>(D) * sizeof(float));
+        continue;
+      }
+      unpack_panels16_row(table_type, t, D, id, row.data());
+      dequantize_row(table_type, row.data(), o, D);
+    }
+    return;
+  }
   for (int64_t s = s0; s < s1; ++s) {
     const int64_t id = ids[s];
     float* o = out + s * D;

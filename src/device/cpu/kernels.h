@@ -12,9 +12,10 @@
 
 namespace npullm::cpu {
 
-// out[s, :] = dequant(table[ids[s], :]) for s in [s0, s1); ids outside [0, V) give zeros.
+// out[s, :] = dequant(table[ids[s], :]) for s in [s0, s1); ids outside [0, V) give zeros. The
+// table is in `layout` (Panels16 where panels16_possible: its rows are gathered first).
 void embed_rows(GgmlType table_type, const void* table, int64_t V, int64_t D, const int32_t* ids,
-                float* out, int64_t s0, int64_t s1);
+                float* out, int64_t s0, int64_t s1, WeightLayout layout = WeightLayout::Rows);
 
 // out[i, :] = x[idx[i], :] for i in [i0, i1); x has S rows of R floats; an index outside [0, S)
 // gives a zero row.
