@@ -346,22 +346,10 @@ void embed_rows(GgmlType table_type, const void* table, int64_t V, int64_t D, co
     fail("embed_rows: no dequantiser for table type {}", ggml_type_name(table_type));
   const size_t row_bytes = ggml_row_bytes(table_type, D);  // throws for partial blocks
   const auto* t = static_cast<const uint8_t*>(table);
-  if (layout == WeightLayout::Panels16) {
-    if (!panels16_possible(table_type, D))
-      fail("embed_rows: a {} table of {} columns cannot be in panels of 16 rows", ggml_type_name(table_type), D);
-    std::vector<uint8_t> row(row_bytes);
-    for (int64_t s = s0; s < s1; ++s) {
-      const int64_t id = ids[s];
-      float* o = out + s * D;
-      if (id < 0 || id >= V) {
-        std::memset(o, 0, static_cast<size_t>(D) * sizeof(float));
-        continue;
-      }
-      unpack_panels16_row(table_type, t, D, id, row.data());
-      dequantize_row(table_type, row.data(), o, D);
-    }
-    return;
-  }
+  const bool panels = layout == WeightLayout::Panels16;
+  if (panels && !panels16_possible(table_type, D))
+    fail("embed_rows: a {} table of {} columns cannot be in panels of 16 rows", ggml_type_name(table_type), D);
+  std::vector<uint8_t> unpacked(panels ? row_bytes : 0);  // a row gathered from its panel
   for (int64_t s = s0; s < s1; ++s) {
     const int64_t id = ids[s];
     float* o = out + s * D;
@@ -369,7 +357,8 @@ void embed_rows(GgmlType table_type, const void* table, int64_t V, int64_t D, co
       std::memset(o, 0, static_cast<size_t>(D) * sizeof(float));
       continue;
     }
-    dequantize_row(table_type, t + id * row_bytes, o, D);
+    if (panels) unpack_panels16_row(table_type, t, D, id, unpacked.data());
+    dequantize_row(table_type, panels ? unpacked.data() : t + id * row_bytes, o, D);
   }
 }
 
