@@ -601,7 +601,7 @@ void attention_heads(const float* q, const uint8_t* k, const uint8_t* v, const f
         const uint8_t* vr = v + (row * Hkv + g) * v_head;
         if (k0 == 0 && row + kPrefetchKeys < C)
           for (int64_t l = 0; l < v_head; l += 64) __builtin_prefetch(vr + kPrefetchKeys * Hkv * v_head + l, 0, 3);
-        V vv[kVecs];
+        V vv[kVecs]{};  // (the vectors past the head are never read; zeroed so the compiler can tell)
         NPULLM_UNROLL
         for (int i = 0; i < kVecs; ++i) {
           const int64_t e = k0 + i * W;
