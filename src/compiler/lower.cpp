@@ -241,7 +241,7 @@ class Lowering {
           task.op = static_cast<uint32_t>(OpCode::Embed);
           bind_operand(task, t, 0, in(0)); bind_operand(task, t, 1, in(1)); bind_operand(task, t, 2, id);
           task.dim[0] = S; task.dim[1] = n.shape.at(1).value; task.dim[2] = shape_of(0).at(0).value;
-          if (g_.node(in(0)).op == Op::Weight) task.iparam[0] = static_cast<int32_t>(weight_layout(in(0)));
+          if (g_.node(in(0)).op == Op::Weight) task.iparam[0] = static_cast<int32_t>(layout_of(in(0)));
           break;
         case Op::RmsNorm: {
           task.op = static_cast<uint32_t>(OpCode::RmsNorm);
@@ -274,7 +274,7 @@ class Lowering {
           for (int k = 0; k < 2; ++k) bind_operand(task, t, k, in(static_cast<size_t>(k)));
           bind_operand(task, t, 2, id); bind_operand(task, t, 3, in(2)); bind_operand(task, t, 4, in(3));
           task.dim[0] = S; task.dim[1] = shape_of(0).at(1).value; task.dim[2] = n.shape.at(1).value;
-          if (g_.node(in(1)).op == Op::Weight) task.iparam[0] = static_cast<int32_t>(weight_layout(in(1)));
+          if (g_.node(in(1)).op == Op::Weight) task.iparam[0] = static_cast<int32_t>(layout_of(in(1)));
           if (n.has_prologue()) emit_matmul_prologue(n, task, t);
           break;
         case Op::Add:
@@ -415,6 +415,9 @@ class Lowering {
     }
     return read ? WeightLayout::Panels16 : WeightLayout::Rows;
   }
+
+  // The layout assign_homes chose for weight w (recorded in its WeightRef), for the tasks that read it.
+  uint32_t layout_of(int w) { return img_.weights.at(homes_.at(sets_.find(w)).index).layout; }
 
   const CompileOptions* opt_ = nullptr;
   std::map<int, Home> homes_;
