@@ -14,4 +14,21 @@ namespace npullm::cli {
 // roofline is what the memory can do at best. The set is on huge pages when `huge_pages` (as the
 // runtime holds weights by default) and on 4 KiB pages otherwise (as with --no-huge-pages).
 double measure_read_bandwidth(int threads, size_t working_set_bytes, bool huge_pages);
+
+// The same measurement, repeatable: the working set is allocated and touched once, and each
+// measure() is one more best-of-passes figure over it. On a shared machine the memory's speed moves
+// with the neighbours' traffic (41-72 GB/s within minutes on one box), so `npullm bench` measures
+// between its tg runs and judges each run against the bandwidth right around it.
+class ReadBandwidthProbe {
+ public:
+  ReadBandwidthProbe(int threads, size_t working_set_bytes, bool huge_pages);
+  ~ReadBandwidthProbe();
+  ReadBandwidthProbe(const ReadBandwidthProbe&) = delete;
+  ReadBandwidthProbe& operator=(const ReadBandwidthProbe&) = delete;
+  double measure();  // bytes per second; 0 when the working set could not be allocated
+
+ private:
+  struct State;
+  State* s_;
+};
 }  // namespace npullm::cli

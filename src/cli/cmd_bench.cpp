@@ -55,6 +55,10 @@ MeanSd mean_sd(const std::vector<double>& v) {
   m.sd = v.size() > 1 ? std::sqrt(m.sd / static_cast<double>(v.size() - 1)) : 0.0;
   return m;
 }
+std::vector<double> gbps(std::vector<double> v) {
+  for (double& x : v) x /= 1e9;
+  return v;
+}
 double median(std::vector<double> v) {
   std::sort(v.begin(), v.end());
   return v[v.size() / 2];
@@ -113,6 +117,19 @@ int run(BenchOptions& o) {
   double tg_seconds = 0;
   int64_t tg_tokens = 0;
   const npuw::RuntimeStats s0 = rt.stats();
+  const double bytes_per_token = weight_bytes_per_token(rt.gguf());
+  // The roofline: read bandwidth on a working set the size of what a decode step reads (cache speed
+  // for a model that fits in the caches, DRAM speed for one that does not), on the pages the weights
+  // are on (huge unless --no-huge-pages). A shared machine's memory speed moves with its neighbours'
+  // traffic by tens of percent within minutes, so on a quiet run it is measured before the first tg
+  // run and after each, and each run is judged against the mean of the two around it. With --busy the
+  // busy processes would slow the read loop itself: then it is measured once, after them.
+  std::optional<ReadBandwidthProbe> probe;
+  std::vector<double> bandwidths, roofline_fractions;
+  if (o.n_gen > 0 && o.busy == 0) {
+    probe.emplace(rt.device_threads(), static_cast<size_t>(bytes_per_token), rt.config().huge_pages);
+    bandwidths.push_back(probe->measure());
+  }
   for (int64_t r = 0; r < o.repetitions; ++r) {
     if (o.n_prompt > 0) {
       rt.reset();
@@ -133,6 +150,11 @@ int run(BenchOptions& o) {
       }
       const double took = seconds(t0, Clock::now());
       tg.push_back(static_cast<double>(o.n_gen) / took);
+      if (probe) {
+        bandwidths.push_back(probe->measure());
+        const double around = (bandwidths[bandwidths.size() - 2] + bandwidths.back()) / 2;
+        if (around > 0) roofline_fractions.push_back(tg.back() * bytes_per_token / around);
+      }
       const auto c1 = rt.device_counters();
       for (int op = 0; op < device::Device::Counters::kOps; ++op) stage_ns[op] += c1.stage_ns[op] - c0.stage_ns[op];
       tg_seconds += took;
@@ -189,12 +211,14 @@ int run(BenchOptions& o) {
   getrusage(RUSAGE_SELF, &ru);
   const double peak_rss = static_cast<double>(ru.ru_maxrss) * 1024.0;
   const MeanSd pps = pp.empty() ? MeanSd{} : mean_sd(pp), tgs = tg.empty() ? MeanSd{} : mean_sd(tg);
-  const double bytes_per_token = weight_bytes_per_token(rt.gguf());
-  // The roofline: read bandwidth on a working set the size of what a decode step reads (cache speed
-  // for a model that fits in the caches, DRAM speed for one that does not).
-  // The working set is on the pages the weights are on (huge unless --no-huge-pages).
-  const double bandwidth = measure_read_bandwidth(rt.device_threads(), static_cast<size_t>(bytes_per_token), rt.config().huge_pages);
-  const double roofline_fraction = bandwidth > 0 ? tgs.mean * bytes_per_token / bandwidth : 0.0;
+  probe.reset();
+  if (bandwidths.empty())
+    bandwidths.push_back(measure_read_bandwidth(rt.device_threads(), static_cast<size_t>(bytes_per_token), rt.config().huge_pages));
+  const double bandwidth = median(bandwidths);
+  // The median run's fraction of the bandwidth measured around it (or of the one measure).
+  const double roofline_fraction = !roofline_fractions.empty() ? median(roofline_fractions)
+                                   : bandwidth > 0                ? tgs.mean * bytes_per_token / bandwidth
+                                                                  : 0.0;
   const double ttft_ms = ttft.empty() ? 0.0 : median(ttft);
 
   if (o.json) {
@@ -208,6 +232,8 @@ int run(BenchOptions& o) {
                         {"padded_fraction", padded_fraction},
                         {"roofline_fraction", roofline_fraction},
                         {"bandwidth_gbps", bandwidth / 1e9},
+                        {"bandwidth_gbps_measures", gbps(bandwidths)},
+                        {"roofline_fraction_per_run", roofline_fractions},
                         {"huge_pages", rt.config().huge_pages},
                         {"huge_page_weight_bytes", rt.stats().huge_page_weight_bytes},
                         {"weight_bytes_per_token", bytes_per_token},
@@ -270,12 +296,18 @@ int run(BenchOptions& o) {
     fmt::print("K/V {:.2f} MiB: {} bytes per position (full-length layers) x {} rows x {} slot(s){}\n", st.kv_bytes / 1048576.0,
                st.kv_row_bytes, rt.capacity(), rt.slots(),
                st.kv_ring_rows > 0 ? fmt::format(" + sliding-window rings of {} rows, {} bytes per slot", st.kv_ring_rows, st.kv_ring_bytes) : "");
-    fmt::print("decode reads {:.1f} MiB of weights per token; read bandwidth here on that working set {:.1f} GB/s ({}); "
-               "decode at {:.0f}% of that roofline\n",
+    std::string runs;
+    for (double f : roofline_fractions) runs += fmt::format("{}{:.0f}%", runs.empty() ? "" : ", ", f * 100.0);
+    fmt::print("decode reads {:.1f} MiB of weights per token; read bandwidth here on that working set {:.1f} GB/s ({}{}); "
+               "decode at {:.0f}% of that roofline{}\n",
                bytes_per_token / 1048576.0, bandwidth / 1e9,
                rt.config().huge_pages ? fmt::format("huge pages, as {:.1f} MiB of the weights are", st.huge_page_weight_bytes / 1048576.0)
                                       : std::string("4 KiB pages, as the mapped weights are"),
-               roofline_fraction * 100.0);
+               bandwidths.size() > 1 ? fmt::format("; median of {} measures, {:.1f}-{:.1f}", bandwidths.size(),
+                                                   *std::min_element(bandwidths.begin(), bandwidths.end()) / 1e9,
+                                                   *std::max_element(bandwidths.begin(), bandwidths.end()) / 1e9)
+                                     : std::string(),
+               roofline_fraction * 100.0, runs.empty() ? std::string() : fmt::format(" (median run; runs {}, each against the bandwidth measured before and after it)", runs));
   }
   return 0;
 }

@@ -226,6 +226,14 @@ TEST(CliTools, BenchJsonReportsTheIssueFields) {
   EXPECT_GT(j["roofline_fraction"].get<double>(), 0.0);
   EXPECT_LE(j["roofline_fraction"].get<double>(), 1.0) << "bandwidth " << j["bandwidth_gbps"] << " GB/s, "
                                                        << j["weight_bytes_per_token"] << " bytes per token";
+  // Measured before the first tg run and after each (a shared machine's memory speed moves), each run
+  // judged against the measures around it; the reported fraction is the median run's.
+  ASSERT_EQ(j["bandwidth_gbps_measures"].size(), 3u) << j["bandwidth_gbps_measures"];
+  ASSERT_EQ(j["roofline_fraction_per_run"].size(), 2u) << j["roofline_fraction_per_run"];
+  for (const auto& f : j["roofline_fraction_per_run"]) {
+    EXPECT_GT(f.get<double>(), 0.0);
+    EXPECT_LE(f.get<double>(), 1.0) << j["bandwidth_gbps_measures"];
+  }
 
   Proc bad = test::run_npullm("bench -m " + test::shared_path(kModel) + " -p 100000 -n 8 -r 1 --no-cache");
   EXPECT_NE(bad.rc, 0);
