@@ -5,6 +5,8 @@
 // Read/<threads>              bandwidth of a plain vector read loop over 1 GiB: the roofline the
 //                             decode figures are compared with (bytes_per_second).
 // DecodePanels/<type>/K/N/<threads>  the same with the weight in the Panels16 layout.
+// DecodeWarm/<type>/2048/256/1  one small Panels16 matrix again and again (in L2), one thread: the
+//                             kernel's arithmetic rate, for telling compute-bound from memory-bound.
 // Decode/<type>/K/N/<threads> one token (M = 1) through an N x K weight matrix; bytes_per_second
 //                             counts the weight bytes streamed. The matrix is one of the copies
 //                             filling a 1 GiB arena, used in turn, so every call reads from
@@ -215,6 +217,17 @@ void BM_Decode(benchmark::State& st, GgmlType t, int64_t K, int64_t N, int threa
   st.SetBytesProcessed(static_cast<int64_t>(st.iterations()) * static_cast<int64_t>(p->matrix_bytes));
 }
 
+// The same matmul on one small Panels16 matrix read again and again, so that it stays in L2: the
+// kernel's own rate, without memory. Where DecodePanels (from memory) is close to this, the kernel's
+// arithmetic, not the memory, bounds decode.
+void BM_DecodeWarm(benchmark::State& st, GgmlType t, int64_t K, int64_t N) {
+  auto p = make_problem(t, 1, K, N, 1, /*use_arena=*/false, npullm::WeightLayout::Panels16);
+  cpu::WorkerPool pool(1);
+  for (auto _ : st) run_matmul(pool, *p, p->copy(0));
+  benchmark::DoNotOptimize(p->out.data());
+  st.SetBytesProcessed(static_cast<int64_t>(st.iterations()) * static_cast<int64_t>(p->matrix_bytes));
+}
+
 void BM_Prefill(benchmark::State& st, GgmlType t, int64_t M, int64_t K, int64_t N, int threads) {
   auto p = make_problem(t, M, K, N, threads, /*use_arena=*/false);
   cpu::WorkerPool pool(threads);
@@ -322,6 +335,12 @@ int main(int argc, char** argv) {
                                        npullm::WeightLayout::Panels16)
               ->UseRealTime();
       }
+    if (threads == 1)  // 2048 x 256: 280 KB (Q4_0) to 590 KB (Q8_0), resident in a 1 MB L2
+      for (GgmlType t : decode_types)
+        if (cpu::matmul_reads_panels16(t, 2048))
+          benchmark::RegisterBenchmark(("DecodeWarm/" + std::string(npullm::ggml_type_name(t)) + "/2048/256/1").c_str(),
+                                       BM_DecodeWarm, t, int64_t{2048}, int64_t{256})
+              ->UseRealTime();
     for (GgmlType t : prefill_types)
       for (int64_t M : {64, 128, 512}) {
         const std::string name = "Prefill/" + std::string(npullm::ggml_type_name(t)) + "/" + std::to_string(M) +
