@@ -225,6 +225,14 @@ constexpr IsaKernels kScalar{"scalar", scalar_matmul, scalar_quantize_x, scalar_
 
 const IsaKernels& scalar_kernels() { return kScalar; }
 
+#if defined(__x86_64__) || defined(__i386__)
+bool cpu_has_vbmi2() {
+  __builtin_cpu_init();
+  return __builtin_cpu_supports("avx512vbmi2");
+}
+const IsaKernels& avx512_best_kernels() { return cpu_has_vbmi2() ? avx512_vbmi2_kernels() : avx512_kernels(); }
+#endif
+
 }  // namespace detail
 
 // ---- dispatch ------------------------------------------------------------------------------------
@@ -264,7 +272,8 @@ bool cpu_has_amx() {
 [[maybe_unused]] bool cpu_has_amx() { return false; }
 #endif
 
-// 0 = scalar, 1 = avx2, 2 = avx512, 3 = amx: paths are ordered, a CPU that runs one runs the lower ones.
+// 0 = scalar, 1 = avx2, 2 = avx512 without VBMI2 ("avx512-base"), 3 = avx512 with VBMI2, 4 = amx:
+// paths are ordered, a CPU that runs one runs the lower ones (every CPU with AMX has VBMI2).
 int best_level() {
 #if defined(__x86_64__) || defined(__i386__)
   __builtin_cpu_init();
@@ -277,7 +286,7 @@ int best_level() {
                       __builtin_cpu_supports("avx512vnni");
   // AMX: the AVX-512 path with an AMX prefill matmul (kernels_amx.cpp), when it was built.
   const bool amx = avx512 && cpu_has_amx() && detail::amx_kernels() != nullptr;
-  return amx ? 3 : avx512 ? 2 : avx2 ? 1 : 0;
+  return amx ? 4 : avx512 ? (detail::cpu_has_vbmi2() ? 3 : 2) : avx2 ? 1 : 0;
 #else
   return 0;
 #endif
@@ -286,14 +295,18 @@ int best_level() {
 int level_of(std::string_view name) {
   if (name == "scalar") return 0;
   if (name == "avx2") return 1;
-  if (name == "avx512") return 2;
-  if (name == "amx") return 3;
+  if (name == "avx512-base") return 2;
+#if defined(__x86_64__) || defined(__i386__)
+  if (name == "avx512") return detail::cpu_has_vbmi2() ? 3 : 2;
+#endif
+  if (name == "amx") return 4;
   return -1;
 }
 
 const IsaKernels& kernels_for(int level) {
 #if defined(__x86_64__) || defined(__i386__)
-  if (level == 3) return *detail::amx_kernels();
+  if (level == 4) return *detail::amx_kernels();
+  if (level == 3) return detail::avx512_vbmi2_kernels();
   if (level == 2) return detail::avx512_kernels();
   if (level == 1) return detail::avx2_kernels();
 #endif

@@ -2,7 +2,7 @@
 // int8 activations (kernels_int8.h): Q4_0, Q4_1, Q5_0, Q5_1, Q8_0 (blocks of 32) and Q4_K, Q5_K,
 // Q6_K (super-blocks of 256), for M >= amx_min_rows(type). Everything else (decode and small M;
 // the F32-activation types) and the other kernels (quantize_x, attention, swiglu) are the AVX-512
-// path's: amx_kernels() is avx512_kernels() with another matmul.
+// path's: amx_kernels() is avx512_best_kernels() with another matmul.
 //
 // Built with the AVX-512 flags plus -mamx-tile -mamx-int8 when the compiler has them
 // (CMakeLists.txt); otherwise this file only says "no AMX here" (amx_kernels() returns null).
@@ -565,7 +565,7 @@ void amx_matmul(const float* x, int64_t M, int64_t K, const void* Wv, GgmlType w
                              : amx_try<Rows16>(x, M, K, W, wt, row_bytes, bias, res, out, N, n0, n1, work, xq);
     if (done) return;
   }
-  avx512_kernels().matmul(x, M, K, Wv, wt, row_bytes, packed, bias, res, out, N, n0, n1, work, xq);
+  avx512_best_kernels().matmul(x, M, K, Wv, wt, row_bytes, packed, bias, res, out, N, n0, n1, work, xq);
 }
 
 }  // namespace
@@ -574,7 +574,7 @@ const IsaKernels* amx_kernels() {
   // The AVX-512 entry points with the AMX matmul (a copy, so entries added to IsaKernels later
   // are the AVX-512 ones here too).
   static const IsaKernels k = [] {
-    IsaKernels t = avx512_kernels();
+    IsaKernels t = avx512_best_kernels();
     t.name = "amx";
     t.matmul = amx_matmul;
     return t;

@@ -12,6 +12,11 @@
 
 #include <cstring>
 
+// kernels_avx512vbmi2.cpp builds this file once more, with VBMI2, under another name.
+#ifndef NPULLM_AVX512_EXPORT
+#define NPULLM_AVX512_EXPORT avx512_kernels
+#endif
+
 #include "device/cpu/kernels_impl.h"
 #include "device/cpu/kernels_int8.h"
 #include "device/cpu/kernels_avx512_io.h"
@@ -139,6 +144,6 @@ constexpr IsaKernels kAvx512{"avx512", avx512_matmul, avx512_quantize_x, avx512_
 
 }  // namespace
 
-const IsaKernels& avx512_kernels() { return kAvx512; }
+const IsaKernels& NPULLM_AVX512_EXPORT() { return kAvx512; }
 
 }  // namespace npullm::cpu::detail

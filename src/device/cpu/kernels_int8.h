@@ -191,6 +191,15 @@ constexpr int64_t int8_work_bytes(int64_t K) {
 // Optional (kRowQ8 = true): the row-wise Q8_0 decode primitives q8_act, q8_rows, row_index,
 // gather_at, f16lo_w / f16hi_w (see gemv_q8_rows and kernels_avx512.cpp).
 
+// Lane by lane, the dword that starts 2 bytes into `lo` and runs on into `hi` (lo >> 16 | hi << 16):
+// a field of the 2-byte-aligned block types that straddles two dwords. IO::mid16 where the ISA has
+// it in one instruction (AVX-512 VBMI2's vpshrdd).
+template <class IO>
+NPULLM_HOT typename IO::VI mid16(typename IO::VI lo, typename IO::VI hi) {
+  if constexpr (requires { IO::mid16(lo, hi); }) return IO::mid16(lo, hi);
+  else return IO::or_(IO::srli(lo, 16), IO::slli(hi, 16));
+}
+
 // R consecutive rows of W starting at n; rows past the matrix repeat the last one (their lanes
 // are computed and never stored), so every load stays inside W.
 template <class IO>
@@ -262,7 +271,7 @@ NPULLM_HOT void ld(const PackedPanel<IO>& p, int64_t off, typename IO::VI* out) 
     for (int g = 0; g < C; ++g) {
       if (fetch) __builtin_prefetch(b + p.ahead + 64 * (g + 1), 0, 2);
       const VI nx = IO::loadp(b + 64 * (g + 1));
-      out[g] = IO::or_(IO::srli(prev, 16), IO::slli(nx, 16));
+      out[g] = mid16<IO>(prev, nx);
       prev = nx;
     }
   }
@@ -427,7 +436,7 @@ constexpr bool has_pair_decode(GgmlType t) {
 // dword g of the bytes starting 2 bytes into dword a (t[a] >> 16 | t[a + 1] << 16).
 template <class IO>
 NPULLM_HOT typename IO::VI mid_dword(const typename IO::VI* t, int a) {
-  return IO::or_(IO::srli(t[a], 16), IO::slli(t[a + 1], 16));
+  return mid16<IO>(t[a], t[a + 1]);
 }
 
 // G vectors of one block from its 4 qs dwords (and, for Q5, its qh).
