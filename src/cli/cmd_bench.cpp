@@ -4,11 +4,13 @@
 #include <algorithm>
 #include <chrono>
 #include <cmath>
+#include <fstream>
 #include <fmt/format.h>
 #include <nlohmann/json.hpp>
 #include <optional>
 #include <random>
 #include <sys/resource.h>
+#include <unistd.h>
 
 #include "cli/bandwidth.h"
 #include "cli/busy_load.h"
@@ -58,6 +60,18 @@ MeanSd mean_sd(const std::vector<double>& v) {
 std::vector<double> gbps(std::vector<double> v) {
   for (double& x : v) x /= 1e9;
   return v;
+}
+// Resident bytes now (/proc/self/statm), and the peak so far (getrusage); 0 where unknown.
+double resident_bytes() {
+  std::ifstream statm("/proc/self/statm");
+  double size = 0, resident = 0;
+  if (!(statm >> size >> resident)) return 0.0;
+  return resident * static_cast<double>(sysconf(_SC_PAGESIZE));
+}
+double peak_resident_bytes() {
+  rusage ru{};
+  getrusage(RUSAGE_SELF, &ru);
+  return static_cast<double>(ru.ru_maxrss) * 1024.0;
 }
 double median(std::vector<double> v) {
   std::sort(v.begin(), v.end());
@@ -126,8 +140,14 @@ int run(BenchOptions& o) {
   // busy processes would slow the read loop itself: then it is measured once, after them.
   std::optional<ReadBandwidthProbe> probe;
   std::vector<double> bandwidths, roofline_fractions;
+  // The probe's working set stays resident through the timed runs; the peak RSS reported is the
+  // runtime's: the peak before it, or the peak after it less what it holds.
+  const double peak_before_probe = peak_resident_bytes();
+  double probe_resident = 0;
   if (o.n_gen > 0 && o.busy == 0) {
+    const double r0 = resident_bytes();
     probe.emplace(rt.device_threads(), static_cast<size_t>(bytes_per_token), rt.config().huge_pages);
+    probe_resident = std::max(0.0, resident_bytes() - r0);
     bandwidths.push_back(probe->measure());
   }
   for (int64_t r = 0; r < o.repetitions; ++r) {
@@ -207,9 +227,8 @@ int run(BenchOptions& o) {
   const double kv_copied_per_token = decoded > 0 ? static_cast<double>(s1.kv_bytes_copied - s0.kv_bytes_copied) / decoded : 0.0;
 
   busy.reset();  // the roofline below is the quiet machine's
-  rusage ru{};
-  getrusage(RUSAGE_SELF, &ru);
-  const double peak_rss = static_cast<double>(ru.ru_maxrss) * 1024.0;
+  const double peak_rss = probe_resident > 0 ? std::max(peak_before_probe, peak_resident_bytes() - probe_resident)
+                                             : peak_resident_bytes();
   const MeanSd pps = pp.empty() ? MeanSd{} : mean_sd(pp), tgs = tg.empty() ? MeanSd{} : mean_sd(tg);
   probe.reset();
   if (bandwidths.empty())
