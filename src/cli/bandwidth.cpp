@@ -67,60 +67,48 @@ uint64_t read_scalar(const uint8_t* p, size_t n) {
 
 }  // namespace
 
-struct ReadBandwidthProbe::State {
-  int threads = 1;
-  PageBuffer mem;
-  size_t bytes = 0, repeats = 1;
-};
-
-ReadBandwidthProbe::ReadBandwidthProbe(int threads, size_t working_set_bytes, bool huge_pages) : s_(new State) {
-  s_->threads = std::max(1, threads);
-  const size_t unit = 128 * static_cast<size_t>(s_->threads);  // each slice a whole number of 128-byte steps
+ReadBandwidthProbe::ReadBandwidthProbe(int threads, size_t working_set_bytes, bool huge_pages)
+    : threads_(std::max(1, threads)) {
+  const size_t unit = 128 * static_cast<size_t>(threads_);  // each slice a whole number of 128-byte steps
   const size_t want = std::clamp<size_t>(working_set_bytes, size_t{64} << 10, size_t{1} << 30);
-  s_->bytes = (want + unit - 1) / unit * unit;
-  s_->repeats = std::max<size_t>(1, (size_t{1} << 30) / s_->bytes);
+  const size_t bytes = (want + unit - 1) / unit * unit;
   // On huge pages as the runtime's weights are (common/page_buffer.h), or the read loop would pay
   // TLB misses the decode does not.
   try {
-    s_->mem = PageBuffer(s_->bytes, huge_pages);
+    mem_ = PageBuffer(bytes, huge_pages);
   } catch (const Error&) {
-    s_->bytes = 0;
-    return;
+    return;  // bytes_ stays 0: measure() says 0
   }
-  std::memset(s_->mem.data(), 1, s_->bytes);  // touch every page before timing
+  bytes_ = bytes;
+  repeats_ = std::max<size_t>(1, (size_t{1} << 30) / bytes_);
+  std::memset(mem_.data(), 1, bytes_);  // touch every page before timing
 }
 
-ReadBandwidthProbe::~ReadBandwidthProbe() { delete s_; }
-
 double ReadBandwidthProbe::measure() {
-  if (s_->bytes == 0) return 0.0;
-  const uint8_t* buf = s_->mem.data();
+  if (bytes_ == 0) return 0.0;
+  const uint8_t* buf = mem_.data();
   using Reader = uint64_t (*)(const uint8_t*, size_t);
   std::vector<Reader> readers;
   if (__builtin_cpu_supports("avx512f")) readers = {read_avx512, read_avx512_fetching};
   else readers = {__builtin_cpu_supports("avx2") ? read_avx2 : read_scalar};
-  const size_t per = s_->bytes / static_cast<size_t>(s_->threads);
+  const size_t per = bytes_ / static_cast<size_t>(threads_);
   double best = 0.0;
   volatile uint64_t sink = 0;
   for (size_t pass = 0; pass < 5 * readers.size(); ++pass) {
     const Reader reader = readers[pass % readers.size()];
     const auto t0 = std::chrono::steady_clock::now();
     std::vector<std::thread> pool;
-    for (int t = 0; t < s_->threads; ++t)
+    for (int t = 0; t < threads_; ++t)
       pool.emplace_back([&, t] {
         uint64_t acc = 0;
-        for (size_t r = 0; r < s_->repeats; ++r) acc ^= reader(buf + per * static_cast<size_t>(t), per);
+        for (size_t r = 0; r < repeats_; ++r) acc ^= reader(buf + per * static_cast<size_t>(t), per);
         sink = sink ^ acc;
       });
     for (auto& th : pool) th.join();
     const double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-    best = std::max(best, static_cast<double>(s_->bytes) * static_cast<double>(s_->repeats) / s);
+    best = std::max(best, static_cast<double>(bytes_) * static_cast<double>(repeats_) / s);
   }
   return best;
-}
-
-double measure_read_bandwidth(int threads, size_t working_set_bytes, bool huge_pages) {
-  return ReadBandwidthProbe(threads, working_set_bytes, huge_pages).measure();
 }
 
 }  // namespace npullm::cli

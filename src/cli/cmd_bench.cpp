@@ -232,7 +232,7 @@ int run(BenchOptions& o) {
   const MeanSd pps = pp.empty() ? MeanSd{} : mean_sd(pp), tgs = tg.empty() ? MeanSd{} : mean_sd(tg);
   probe.reset();
   if (bandwidths.empty())
-    bandwidths.push_back(measure_read_bandwidth(rt.device_threads(), static_cast<size_t>(bytes_per_token), rt.config().huge_pages));
+    bandwidths.push_back(ReadBandwidthProbe(rt.device_threads(), static_cast<size_t>(bytes_per_token), rt.config().huge_pages).measure());
   const double bandwidth = median(bandwidths);
   // The median run's fraction of the bandwidth measured around it (or of the one measure).
   const double roofline_fraction = !roofline_fractions.empty() ? median(roofline_fractions)

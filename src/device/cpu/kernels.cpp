@@ -227,10 +227,17 @@ const IsaKernels& scalar_kernels() { return kScalar; }
 
 #if defined(__x86_64__) || defined(__i386__)
 bool cpu_has_vbmi2() {
-  __builtin_cpu_init();
-  return __builtin_cpu_supports("avx512vbmi2");
+  static const bool has = [] {
+    __builtin_cpu_init();
+    return __builtin_cpu_supports("avx512vbmi2") != 0;
+  }();
+  return has;
 }
-const IsaKernels& avx512_best_kernels() { return cpu_has_vbmi2() ? avx512_vbmi2_kernels() : avx512_kernels(); }
+// (asked by the AMX matmul on every decode call: the choice is made once)
+const IsaKernels& avx512_best_kernels() {
+  static const IsaKernels& best = cpu_has_vbmi2() ? avx512_vbmi2_kernels() : avx512_kernels();
+  return best;
+}
 #endif
 
 }  // namespace detail
