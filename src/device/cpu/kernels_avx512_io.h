@@ -36,6 +36,7 @@ struct Avx512IO {
   NPULLM_HOT static VI mullo(VI a, VI b) { return _mm512_mullo_epi32(a, b); }
   NPULLM_HOT static VI srli(VI v, int n) { return _mm512_srli_epi32(v, static_cast<unsigned>(n)); }
   NPULLM_HOT static VI slli(VI v, int n) { return _mm512_slli_epi32(v, static_cast<unsigned>(n)); }
+  NPULLM_HOT static VI srai(VI v, int n) { return _mm512_srai_epi32(v, static_cast<unsigned>(n)); }
 #ifdef __AVX512VBMI2__
   NPULLM_HOT static VI mid16(VI lo, VI hi) { return _mm512_shrdi_epi32(lo, hi, 16); }
 #endif

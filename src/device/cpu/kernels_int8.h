@@ -59,6 +59,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <cstring>
+#include <utility>
 
 #include "formats/ggml_types.h"
 
@@ -208,8 +209,8 @@ struct Panel {
   int valid;  // rows that exist (1..R)
 };
 
-// How far ahead of its loads a packed decode fetches (into L2): see PackedPanel::ahead.
-constexpr int64_t kFetchAhead = 16 << 10;
+// How far ahead of its loads a packed decode fetches (into L2): see PackedPanel.
+constexpr int64_t kFetchAhead = 4 << 10;
 
 template <class IO>
 inline void make_panel(const uint8_t* W, size_t row_bytes, int64_t n, int64_t n_end, Panel<IO>& p) {
@@ -225,23 +226,59 @@ template <class IO>
 struct PackedPanel {
   const uint8_t* base;
   int valid;
-  // Decode (gemv_panels): every load also fetches the line `ahead` bytes further on into L2,
-  // while below `stop` (the end of the rows this call reads). A packed panel is one linear run,
+  // Decode (gemv_panels): every load also fetches the line kFetchAhead bytes further on into L2,
+  // while below `stop` (the end of the matrix; null: no fetching). A packed panel is one linear run,
   // and on this kind of CPU such a run streams at the memory's rate only when it is read one
   // line at a time, each load with its own fetch, interleaved with the work on it: a synthetic
   // loop of 4 VNNI steps per line, 2 threads, streamed 40.6 GB/s so and 27.6 when it loaded 8
   // lines in a burst before working on them. So the decode loads each line where it is used
   // (gemv_octet's need, gemv_unit_k4, gemv_unit_q6k) rather than 8 at a time; with bursts of
   // fetches per block as well (the scheme before), the same kernels streamed 20 % slower.
-  int64_t ahead = 0;
   const uint8_t* stop = nullptr;
+  // Where ld fetches: the line kFetchAhead bytes on from the one it loads (fetch = base +
+  // kFetchAhead), or that line itself where nothing is fetched (fetch = base): ld stays free of
+  // branches, as with one per line the compiler split the unrolled loops and spilled their
+  // vectors. Set once per unit by unit_at, which tests the bound for the unit's lines together.
+  const uint8_t* fetch = nullptr;
 };
+
+// A packed panel that fetches ahead for the `bytes` of each row from byte o on (offsets stay the
+// panel's own), where all of those fetches stay before `stop`.
+template <class IO>
+NPULLM_HOT PackedPanel<IO> fetching_at(const PackedPanel<IO>& p, int64_t o, int64_t bytes) {
+  PackedPanel<IO> v = p;
+  const int64_t lead = o & 3;
+  const uint8_t* first = p.base + ((o - lead) >> 2) * 64;
+  const bool ahead = p.stop && p.stop - first >= kFetchAhead + (lead + bytes + 3) / 4 * 64;
+  v.fetch = p.base + (ahead ? kFetchAhead : 0);
+  return v;
+}
+
+// The unit at byte o of a panel's rows (`bytes` of each row), for the decode loops: the panel to
+// read it from and the offset to read at. A row panel stays as it is, at o. A packed panel's copy
+// starts at the unit (offset o % 4: 0, or 2 for an odd block of the 2-byte-aligned types) and
+// tests once whether the fetches for all its lines stay before `stop`; loads at constant offsets
+// from it then need no address or bound arithmetic each (a line's own shift, add and compare was
+// half the instructions of the Q4_0 decode loop).
+template <class IO>
+NPULLM_HOT std::pair<const Panel<IO>&, int64_t> unit_at(const Panel<IO>& p, int64_t o, int64_t) {
+  return {p, o};
+}
+template <class IO>
+NPULLM_HOT std::pair<PackedPanel<IO>, int64_t> unit_at(const PackedPanel<IO>& p, int64_t o, int64_t bytes) {
+  PackedPanel<IO> v = fetching_at(p, o, bytes);
+  const int64_t lead = o & 3, move = ((o - lead) >> 2) * 64;
+  v.base += move;
+  v.fetch += move;
+  return {v, lead};
+}
 
 template <class IO>
 inline void make_panel(const uint8_t* W, size_t row_bytes, int64_t n, int64_t n_end, PackedPanel<IO>& p) {
   const int64_t left = n_end - n;
   p.valid = static_cast<int>(left < IO::R ? left : IO::R);
   p.base = W + (n / 16) * 16 * static_cast<int64_t>(row_bytes) + (n % 16) * 4;
+  p.fetch = p.base;
 }
 
 // Panel loads, for either kind of panel: the C bytes at byte `off` of each row as C / 4 vectors,
@@ -258,18 +295,18 @@ template <int C, class IO>
 NPULLM_HOT void ld(const PackedPanel<IO>& p, int64_t off, typename IO::VI* out) {
   using VI = typename IO::VI;
   const uint8_t* b = p.base + (off >> 2) * 64;
-  const bool fetch = p.ahead && b + p.ahead < p.stop;
+  const uint8_t* f = p.fetch + (off >> 2) * 64;
   if ((off & 3) == 0) {
     NPULLM_UNROLL_I8
     for (int g = 0; g < C; ++g) {
-      if (fetch) __builtin_prefetch(b + p.ahead + 64 * g, 0, 2);
+      __builtin_prefetch(f + 64 * g, 0, 2);
       out[g] = IO::loadp(b + 64 * g);
     }
   } else {
     VI prev = IO::loadp(b);  // (fetched as the last line of the piece before)
     NPULLM_UNROLL_I8
     for (int g = 0; g < C; ++g) {
-      if (fetch) __builtin_prefetch(b + p.ahead + 64 * (g + 1), 0, 2);
+      __builtin_prefetch(f + 64 * (g + 1), 0, 2);
       const VI nx = IO::loadp(b + 64 * (g + 1));
       out[g] = mid16<IO>(prev, nx);
       prev = nx;
@@ -727,10 +764,12 @@ NPULLM_HOT void gemv_unit_k4(const PN& p, int64_t u, const XQ& x, typename IO::V
   using VI = typename IO::VI;
   using VF = typename IO::VF;
   constexpr bool five = T == GgmlType::Q5_K;
-  const int64_t o = u * (five ? 176 : 144);
+  const auto uv = unit_at(p, u * (five ? 176 : 144), five ? 176 : 144);
+  const auto& pp = uv.first;
+  const int64_t o = uv.second;
   VI hdr[4], qh[8];
-  ld<4>(p, o, hdr);
-  if constexpr (five) ld<8>(p, o + 16, qh);
+  ld<4>(pp, o, hdr);
+  if constexpr (five) ld<8>(pp, o + 16, qh);
   VI isc[TM];
   NPULLM_UNROLL_I8
   for (int m = 0; m < TM; ++m) isc[m] = IO::zero();
@@ -739,7 +778,7 @@ NPULLM_HOT void gemv_unit_k4(const PN& p, int64_t u, const XQ& x, typename IO::V
     // qs of this chunk: 8 dwords per row, loaded here, or for a packed panel one by one where used.
     const int64_t qo = o + (five ? 48 : 16) + 32 * c;
     VI t[8];
-    if constexpr (!is_packed<PN>()) ld<8>(p, qo, t);
+    if constexpr (!is_packed<PN>()) ld<8>(pp, qo, t);
     VI ia0[TM], ia1[TM];
     NPULLM_UNROLL_I8
     for (int m = 0; m < TM; ++m) ia0[m] = IO::zero(), ia1[m] = IO::zero();
@@ -748,7 +787,7 @@ NPULLM_HOT void gemv_unit_k4(const PN& p, int64_t u, const XQ& x, typename IO::V
       VI lo[4], hi[4];
       NPULLM_UNROLL_I8
       for (int i = 0; i < 4; ++i) {
-        const VI tv = is_packed<PN>() ? ld1<IO>(p, qo + 4 * (g + i)) : t[g + i];
+        const VI tv = is_packed<PN>() ? ld1<IO>(pp, qo + 4 * (g + i)) : t[g + i];
         lo[i] = IO::and_(tv, 0x0F0F0F0F);
         hi[i] = IO::and_(IO::srli(tv, 4), 0x0F0F0F0F);
         if constexpr (five) {
@@ -785,7 +824,7 @@ NPULLM_HOT void gemv_unit_k4(const PN& p, int64_t u, const XQ& x, typename IO::V
 
 // Q6_K, one super-block. Two loop shapes, the same integers (each sub-block's dot steps in the same
 // order; the exact sum over sub-blocks does not depend on theirs):
-//  - a packed panel and M <= 2, a line at a time (PackedPanel::ahead): dword g of ql[0..31] (a),
+//  - a packed panel and M <= 2, a line at a time (PackedPanel): dword g of ql[0..31] (a),
 //    ql[32..63] (b) and qh[0..31] of half h holds elements 4g..4g+3 of all four quarters, so those
 //    three lines are loaded once, where used, and feed the four quarters' sums at once. (The other
 //    shape kept 16 lines of qh and ql in registers here and spilled: 112 stack accesses in its loop;
@@ -797,9 +836,11 @@ template <class IO, int TM, class PN>
 NPULLM_HOT void gemv_unit_q6k(const PN& p, int64_t u, const XQ& x, typename IO::VF (&facc)[TM][1]) {
   using VI = typename IO::VI;
   using VF = typename IO::VF;
-  const int64_t o = u * 210;
+  const auto uv = unit_at(p, u * 210, 210);
+  const auto& pp = uv.first;
+  const int64_t o = uv.second;
   VI scw[4];
-  ld<4>(p, o + 192, scw);
+  ld<4>(pp, o + 192, scw);
   VI isc[TM];
   NPULLM_UNROLL_I8
   for (int m = 0; m < TM; ++m) isc[m] = IO::zero();
@@ -835,9 +876,9 @@ NPULLM_HOT void gemv_unit_q6k(const PN& p, int64_t u, const XQ& x, typename IO::
           VI w[4][2];
           NPULLM_UNROLL_I8
           for (int i = 0; i < 2; ++i) {
-            const VI a = ld1<IO>(p, o + 64 * h + 4 * (g + i));
-            const VI b = ld1<IO>(p, o + 64 * h + 32 + 4 * (g + i));
-            const VI hq = ld1<IO>(p, o + 128 + 32 * h + 4 * (g + i));
+            const VI a = ld1<IO>(pp, o + 64 * h + 4 * (g + i));
+            const VI b = ld1<IO>(pp, o + 64 * h + 32 + 4 * (g + i));
+            const VI hq = ld1<IO>(pp, o + 128 + 32 * h + 4 * (g + i));
             NPULLM_UNROLL_I8
             for (int q = 0; q < 4; ++q) w[q][i] = q6k_weight<IO>(q % 2 ? b : a, hq, q);
           }
@@ -852,15 +893,15 @@ NPULLM_HOT void gemv_unit_q6k(const PN& p, int64_t u, const XQ& x, typename IO::
     NPULLM_UNROLL_I8
     for (int h = 0; h < 2; ++h) {
       VI qh[8];
-      ld<8>(p, o + 128 + 32 * h, qh);
+      ld<8>(pp, o + 128 + 32 * h, qh);
       NPULLM_UNROLL_I8
       for (int half = 0; half < 2; ++half) {  // ql bytes 0..31 (quarters 0, 2), then 32..63 (1, 3)
         VI t[8];
-        if constexpr (is_packed<PN>()) {  // a line at a time (PackedPanel::ahead)
+        if constexpr (is_packed<PN>()) {  // a line at a time (PackedPanel)
           NPULLM_UNROLL_I8
-          for (int g = 0; g < 8; ++g) t[g] = ld1<IO>(p, o + 64 * h + 32 * half + 4 * g);
+          for (int g = 0; g < 8; ++g) t[g] = ld1<IO>(pp, o + 64 * h + 32 * half + 4 * g);
         } else {
-          ld<8>(p, o + 64 * h + 32 * half, t);
+          ld<8>(pp, o + 64 * h + 32 * half, t);
         }
         NPULLM_UNROLL_I8
         for (int hi = 0; hi < 2; ++hi) {
@@ -880,7 +921,7 @@ NPULLM_HOT void gemv_unit_q6k(const PN& p, int64_t u, const XQ& x, typename IO::
       }
     }
   }
-  const VF d = IO::f16hi(ld1<IO>(p, o + 206));
+  const VF d = IO::f16hi(ld1<IO>(pp, o + 206));
   NPULLM_UNROLL_I8
   for (int m = 0; m < TM; ++m)
     facc[m][0] = IO::fmaf(IO::cvt(isc[m]), IO::mulf(IO::bcastf(x.d[m * x.ldd + u]), d), facc[m][0]);
@@ -908,6 +949,46 @@ NPULLM_HOT typename IO::VI field32(const typename IO::VI* d, int64_t f) {
 // The last dword field32 reads for the n bytes at offset f (n a multiple of 4).
 constexpr int64_t last_dword(int64_t f, int64_t n) { return f % 4 == 0 ? (f + n) / 4 - 1 : (f + n + 2) / 4 - 1; }
 
+// Q4_0 / Q4_1 block u against TM rows of x, straight from the block's 4 qs dwords: the low
+// nibbles dot as (q & 0x0F), the high ones as (q & 0xF0) = 16 * hi into a second accumulator,
+// shifted back once per block. Exact (every term of the second sum is a multiple of 16, and
+// VNNI's dot neither saturates nor narrows), so the integers are tile_unit's and so are the bits;
+// it saves a shift per vector and splits the block's chain of 8 dependent dot steps in two.
+// Only where dot_u8 takes any byte (VNNI) and the IO has an arithmetic shift.
+template <class IO>
+constexpr bool has_hi_nibble_dot() {
+  return IO::kVnni && requires(typename IO::VI v) { IO::srai(v, 4); };
+}
+
+template <class IO, GgmlType T, int TM>
+NPULLM_HOT void tile_nibbles(const typename IO::VI* q4, typename IO::VI dm, const XQ& x, int64_t u,
+                             typename IO::VF (&facc)[TM][1]) {
+  using VI = typename IO::VI;
+  using VF = typename IO::VF;
+  VI lo[4], hi[4];
+  NPULLM_UNROLL_I8
+  for (int g = 0; g < 4; ++g) {
+    lo[g] = IO::and_(q4[g], 0x0F0F0F0F);
+    hi[g] = IO::and_(q4[g], static_cast<int32_t>(0xF0F0F0F0u));
+  }
+  const VF dw = IO::f16lo(dm);
+  NPULLM_UNROLL_I8
+  for (int m = 0; m < TM; ++m) {
+    const int8_t* xr = x.q + m * x.ldq + 32 * u;
+    VI a = T == GgmlType::Q4_0 ? IO::set1(x.c[m * x.ldc + u]) : IO::zero();
+    VI b = IO::zero();
+    NPULLM_UNROLL_I8
+    for (int g = 0; g < 4; ++g) {
+      a = IO::dot_u8(a, lo[g], IO::bcast32(xr + 4 * g));
+      b = IO::dot_u8(b, hi[g], IO::bcast32(xr + 16 + 4 * g));
+    }
+    const VI ia = IO::add(a, IO::srai(b, 4));
+    const VF dx = IO::bcastf(x.d[m * x.ldd + u]);
+    facc[m][0] = IO::fmaf(IO::cvt(ia), IO::mulf(dx, dw), facc[m][0]);
+    if constexpr (T == GgmlType::Q4_1) facc[m][0] = IO::fmaf(IO::f16hi(dm), IO::bcastf(x.s[m * x.ldd + u]), facc[m][0]);
+  }
+}
+
 template <class IO, GgmlType T, int TM, class PN>
 NPULLM_HOT void gemv_octet(const PN& p, int64_t u0, const XQ& x, typename IO::VF (&facc)[TM][1]) {
   using VI = typename IO::VI;
@@ -915,19 +996,21 @@ NPULLM_HOT void gemv_octet(const PN& p, int64_t u0, const XQ& x, typename IO::VF
   constexpr int64_t B = block_bytes<T>();
   constexpr int64_t total = 8 * B;            // bytes of the group
   constexpr int n32 = static_cast<int>(total / 32);  // whole 32-byte pieces; total % 32 is 0 or 16
-  const int64_t o = u0 * B;
+  const auto uv = unit_at(p, (u0 >> 3) * total, total);  // (u0 is a multiple of 8)
+  const auto& pp = uv.first;
+  const int64_t o = uv.second;
   VI D[total / 4];
   int loaded = 0;  // dwords of D loaded so far
   auto need = [&](int64_t upto_dword) {  // makes D[0 .. upto_dword] available
     while (loaded <= upto_dword) {
-      if constexpr (is_packed<PN>()) {  // a line at a time (PackedPanel::ahead)
-        ld<1>(p, o + 4 * loaded, D + loaded);
+      if constexpr (is_packed<PN>()) {  // a line at a time (PackedPanel)
+        ld<1>(pp, o + 4 * loaded, D + loaded);
         loaded += 1;
       } else if (loaded / 8 < n32) {
-        ld<8>(p, o + 4 * loaded, D + loaded);
+        ld<8>(pp, o + 4 * loaded, D + loaded);
         loaded += 8;
       } else {
-        ld<4>(p, o + 4 * loaded, D + loaded);
+        ld<4>(pp, o + 4 * loaded, D + loaded);
         loaded += 4;
       }
     }
@@ -956,6 +1039,10 @@ NPULLM_HOT void gemv_octet(const PN& p, int64_t u0, const XQ& x, typename IO::VF
       NPULLM_UNROLL_I8
       for (int g = 0; g < 4; ++g) q4[g] = field32<IO>(D, f + qs + 4 * g);
       constexpr bool five = T == GgmlType::Q5_0 || T == GgmlType::Q5_1;
+      if constexpr (!five && has_hi_nibble_dot<IO>()) {
+        tile_nibbles<IO, T, TM>(q4, dm, x, u0 + b, facc);  // (Q4_1: f is dword-aligned, dm holds d | m)
+        continue;
+      }
       const VI qh = five ? field32<IO>(D, f + (T == GgmlType::Q5_0 ? 2 : 4)) : IO::zero();
       nibbles_to_g<IO, five>(q4, qh, dec);
       decf[8] = IO::f16lo(dm);
@@ -1081,7 +1168,7 @@ NPULLM_HOT void run_units(const typename IO::VI* const* dec, int64_t unit_stride
 // bytes [n + R, n + 2R) rows, up to n_end) is prefetched into L1 as one linear sweep, spread
 // evenly over the steps. Prefetching exactly one panel ahead measured best (a shorter distance
 // misses the last rows of big panels; prefetching into L2 only was slower). A packed panel
-// (Panels16) is one linear run already: its loads fetch ahead themselves (PackedPanel::ahead).
+// (Panels16) is one linear run already: its loads fetch ahead themselves (PackedPanel).
 template <class IO, class PN, GgmlType T, int TM, int P>
 void gemv_panels(const uint8_t* W, size_t row_bytes, int64_t nu, const XQ& x, int64_t m0, const float* bias,
                  const float* res, float* out, int64_t N, int64_t n, int64_t n_end) {
@@ -1119,10 +1206,9 @@ void gemv_panels(const uint8_t* W, size_t row_bytes, int64_t nu, const XQ& x, in
   constexpr int kLines = static_cast<int>((step_bytes + 63) / 64);
   const uint8_t* pfp = W + next;
   const uint8_t* const pf_stop = W + pf_end;
-  // A packed panel fetches as it goes instead, with each load (PackedPanel::ahead).
+  // A packed panel fetches as it goes instead, with each load (PackedPanel).
   constexpr bool packed = is_packed<PN>();
   if constexpr (packed) {
-    pan[0].ahead = kFetchAhead;
     pan[0].stop = pf_stop;
   }
   for (int64_t u = 0; u < nu; u += S, pfp += step_bytes) {
@@ -1137,7 +1223,8 @@ void gemv_panels(const uint8_t* W, size_t row_bytes, int64_t nu, const XQ& x, in
       } else {  // the last nu % 8 blocks: pairs, then a single one
         for (int64_t v = u; v < nu; v += 2) {
           const int c2 = nu - v < 2 ? 1 : 2;
-          decode_units<IO, T>(pan[0], v, c2, buf[0]);
+          if constexpr (packed) decode_units<IO, T>(fetching_at(pan[0], v * unit_bytes(T), c2 * unit_bytes(T)), v, c2, buf[0]);
+          else decode_units<IO, T>(pan[0], v, c2, buf[0]);
           for (int i = 0; i < c2; ++i) {
             const VI* dec[1] = {buf[0] + i * V};
             tile_unit<IO, T, TM, 1>(dec, x, 0, v + i, facc);
