@@ -229,7 +229,7 @@ const IsaKernels& scalar_kernels() { return kScalar; }
 bool cpu_has_vbmi2() {
   static const bool has = [] {
     __builtin_cpu_init();
-    return __builtin_cpu_supports("avx512vbmi2") != 0;
+    return __builtin_cpu_supports("avx512vbmi2") && __builtin_cpu_supports("avx512bitalg");
   }();
   return has;
 }

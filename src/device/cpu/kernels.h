@@ -120,8 +120,8 @@ int64_t attention_work_floats(int64_t C);
 const char* kernel_isa();
 
 // Forces the code path `isa` ("scalar", "avx2", "avx512" or "amx") for later kernel calls, for tests and
-// benchmarks. "avx512" is the AVX-512 build with VBMI2 where the CPU has VBMI2
-// (kernels_avx512vbmi2.cpp); "avx512-base" forces the build without it (both report "avx512": the
+// benchmarks. "avx512" is the AVX-512 build with VBMI2 and BITALG where the CPU has both
+// (kernels_avx512vbmi2.cpp); "avx512-base" forces the build without them (both report "avx512": the
 // same bits). Returns false and changes nothing when the CPU cannot run it or the name is unknown.
 // Not to be called while kernels are running on other threads.
 bool kernel_force_isa(const char* isa);

@@ -54,6 +54,17 @@ struct Avx512IO {
                                        0x10100000, 0x10100010, 0x10101000, 0x10101010);
     return _mm512_permutexvar_epi32(srli(h, s), table);
   }
+#ifdef __AVX512BITALG__
+  // v | hbit4(h, s) for bytes below 0x10: one bit-gather to a byte mask (byte 4 l + i of each
+  // qword takes bit 32 l + s + i of it: lane l of the pair) and one masked byte add, in place of
+  // a shift, a permute and an or.
+  NPULLM_HOT static VI or_hbit4(VI v, VI h, int s) {
+    uint64_t ctl = 0;
+    for (int b = 0; b < 8; ++b) ctl |= static_cast<uint64_t>(32 * (b / 4) + s + b % 4) << (8 * b);
+    const __mmask64 k = _mm512_bitshuffle_epi64_mask(h, _mm512_set1_epi64(static_cast<long long>(ctl)));
+    return _mm512_mask_add_epi8(v, k, v, _mm512_set1_epi8(0x10));
+  }
+#endif
 
   // 16 bytes of rows 0..15 -> 4 vectors, dword g of row r in lane r of out[g]. Vector i holds
   // rows i, 4 + i, 8 + i, 12 + i in its four 128-bit lanes; a 4x4 dword transpose inside each
