@@ -237,17 +237,18 @@ template <class IO>
 struct PackedPanel {
   const uint8_t* base;
   int valid;
-  // Decode (gemv_panels): every load also fetches the line kFetchAhead bytes further on into L2,
-  // while below `stop` (the end of the matrix; null: no fetching). A packed panel is one linear run,
-  // and on this kind of CPU such a run streams at the memory's rate only when it is read one
-  // line at a time, each load with its own fetch, interleaved with the work on it: a synthetic
+  // Decode (gemv_panels): every load also fetches the line kFetchAhead (Q6_K: kFetchAheadQ6K)
+  // bytes further on into L2, while below `stop` (the end of the matrix; null: no fetching). A
+  // packed panel is one linear run, and on this kind of CPU such a run streams at the memory's
+  // rate only when it is read one line at a time, each load with its own fetch, interleaved with
+  // the work on it (hence also the kernel files' -fno-schedule-insns2, CMakeLists.txt): a synthetic
   // loop of 4 VNNI steps per line, 2 threads, streamed 40.6 GB/s so and 27.6 when it loaded 8
   // lines in a burst before working on them. So the decode loads each line where it is used
   // (gemv_octet's need, gemv_unit_k4, gemv_unit_q6k) rather than 8 at a time; with bursts of
   // fetches per block as well (the scheme before), the same kernels streamed 20 % slower.
   const uint8_t* stop = nullptr;
-  // Where ld fetches: the line kFetchAhead bytes on from the one it loads (fetch = base +
-  // kFetchAhead), or that line itself where nothing is fetched (fetch = base): ld stays free of
+  // Where ld fetches: the line that far on from the one it loads (fetch = base + the distance),
+  // or that line itself where nothing is fetched (fetch = base): ld stays free of
   // branches, as with one per line the compiler split the unrolled loops and spilled their
   // vectors. Set once per unit by unit_at, which tests the bound for the unit's lines together.
   const uint8_t* fetch = nullptr;
