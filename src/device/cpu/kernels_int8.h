@@ -255,7 +255,12 @@ struct PackedPanel {
 };
 
 // A packed panel that fetches ahead for the `bytes` of each row from byte o on (offsets stay the
-// panel's own), where all of those fetches stay before `stop`.
+// panel's own), where all of those fetches stay before `stop`. A row panel fetches by panels
+// (gemv_panels): it stays as it is.
+template <class IO>
+NPULLM_HOT const Panel<IO>& fetching_at(const Panel<IO>& p, int64_t, int64_t, int64_t = 0) {
+  return p;
+}
 template <class IO>
 NPULLM_HOT PackedPanel<IO> fetching_at(const PackedPanel<IO>& p, int64_t o, int64_t bytes, int64_t ahead_by = kFetchAhead) {
   PackedPanel<IO> v = p;
@@ -1236,8 +1241,7 @@ void gemv_panels(const uint8_t* W, size_t row_bytes, int64_t nu, const XQ& x, in
       } else {  // the last nu % 8 blocks: pairs, then a single one
         for (int64_t v = u; v < nu; v += 2) {
           const int c2 = nu - v < 2 ? 1 : 2;
-          if constexpr (packed) decode_units<IO, T>(fetching_at(pan[0], v * unit_bytes(T), c2 * unit_bytes(T)), v, c2, buf[0]);
-          else decode_units<IO, T>(pan[0], v, c2, buf[0]);
+          decode_units<IO, T>(fetching_at(pan[0], v * unit_bytes(T), c2 * unit_bytes(T)), v, c2, buf[0]);
           for (int i = 0; i < c2; ++i) {
             const VI* dec[1] = {buf[0] + i * V};
             tile_unit<IO, T, TM, 1>(dec, x, 0, v + i, facc);
