@@ -15,7 +15,9 @@
 #    build's AMX matmul crashes in prefill (SIGSEGV in ggml_backend_amx_mul_mat), so where a native
 #    run fails, that test is taken with this build instead and the table marks it with "*".
 # Per file: pp (N prompt tokens), tg (N generated) at depth 0 and at depth DEPTH (after DEPTH tokens
-# of context, llama-bench -d / npullm bench --depth), and, with -b BUSY > 0, tg again with BUSY
+# of context, llama-bench -d / npullm bench --depth); npullm's d DEPTH / d32 ratio comes from one
+# `npullm bench --depth 32,DEPTH` whose repetitions run the two depths back to back (the ratio of each
+# pair, median over pairs: a shared machine's memory speed moves within minutes); and, with -b BUSY > 0, tg again with BUSY
 # busy-looping processes beside each program (started and killed by this script, the same for
 # both). With -b, stories260K (../shared) is also timed with 1 and 2 threads under that load.
 # npullm's roofline column: tg x weight bytes per token / the read bandwidth `npullm bench`
@@ -103,7 +105,7 @@ out="$dir/compare-$(date +%Y%m%d-%H%M%S).md"
   echo "threads $threads, $reps repetitions, pp$n_prompt / tg$n_gen, depth $depth, busy $busy; $(nproc) cores, load $(cut -d' ' -f1-3 /proc/loadavg)"
   echo "llama.cpp 80fb11a built with GGML_NATIVE=ON; * = that test crashed in the native build and was taken with its AVX-512 build without AMX"
   echo
-  head="| model | pp llama.cpp | pp npullm | ratio | tg llama.cpp | tg npullm | ratio | npullm roofline | tg@d$depth llama.cpp | tg@d$depth npullm | ratio | npullm d$depth / d0 |"
+  head="| model | pp llama.cpp | pp npullm | ratio | tg llama.cpp | tg npullm | ratio | npullm roofline | tg@d$depth llama.cpp | tg@d$depth npullm | ratio | npullm d$depth / d32 (pairs) |"
   sep="|---|---|---|---|---|---|---|---|---|---|---|---|"
   if [ "$busy" -gt 0 ]; then head+=" tg busy llama.cpp | tg busy npullm | ratio |"; sep+="---|---|---|"; fi
   echo "$head"
@@ -115,13 +117,14 @@ for m in "${models[@]}"; do
   read -r ltg ltg_mark < <(llama_tps "$dir/$name.llama.tg.json" -m "$m" -p 0 -n "$n_gen")
   read -r ltd ltd_mark < <(llama_tps "$dir/$name.llama.tgd.json" -m "$m" -p 0 -n "$n_gen" -d "$depth")
   npullm_json "$dir/$name.npullm.json" "$threads" -m "$m" -p "$n_prompt" -n "$n_gen"
-  npullm_json "$dir/$name.npullm.d.json" "$threads" -m "$m" -p 0 -n "$n_gen" --depth "$depth"
+  npullm_json "$dir/$name.npullm.d.json" "$threads" -m "$m" -p 0 -n "$n_gen" --depth "32,$depth"
   upp=$(field "$dir/$name.npullm.json" 'd["pp"]["tps_mean"]' %.1f)
   utg=$(field "$dir/$name.npullm.json" 'd["tg"]["tps_mean"]' %.1f)
   roof=$(field "$dir/$name.npullm.json" '(100 * d["roofline_fraction"], d["bandwidth_gbps"])' '%.0f %% of %.1f GB/s')
-  utd=$(field "$dir/$name.npullm.d.json" 'd["tg"]["tps_mean"]' %.1f)
+  utd=$(field "$dir/$name.npullm.d.json" 'd["tg_depths"][1]["tps_mean"]' %.1f)
+  dratio=$(field "$dir/$name.npullm.d.json" '100 * d["tg_depths"][1]["ratio_to_first"]' '%.1f %%')
   row="| $name | $lpp$lpp_mark | $upp | $(python3 -c "print(f'{$upp / $lpp:.2f}')") | $ltg$ltg_mark | $utg | $(python3 -c "print(f'{$utg / $ltg:.2f}')")"
-  row+=" | $roof | $ltd$ltd_mark | $utd | $(python3 -c "print(f'{$utd / $ltd:.2f}')") | $(python3 -c "print(f'{100 * $utd / $utg:.1f} %')") |"
+  row+=" | $roof | $ltd$ltd_mark | $utd | $(python3 -c "print(f'{$utd / $ltd:.2f}')") | $dratio |"
   if [ "$busy" -gt 0 ]; then
     start_busy
     read -r lbusy lbusy_mark < <(llama_tps "$dir/$name.llama.busy.json" -m "$m" -p 0 -n "$n_gen")

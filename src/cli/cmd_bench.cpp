@@ -28,7 +28,10 @@ struct BenchOptions {
   std::string model;
   int64_t n_prompt = 512, n_gen = 128, repetitions = 3, ttft_prompt = 32;
   int64_t parallel = 0, parallel_prompt = 32;  // --parallel N: N sequences decoding together
-  int64_t depth = 0;                           // --depth D: tg after D tokens of context (llama-bench -d)
+  // --depth D[,D2...]: tg after D tokens of context (llama-bench -d). With several depths every
+  // repetition runs tg at each in turn, so that each depth's run is next in time to the others' (a
+  // shared machine's memory speed moves within minutes) and their ratio is taken run by run.
+  std::vector<int64_t> depths{0};
   int busy = 0;                                // --busy N: N busy-looping processes beside the timed tests
   bool json = false;
   RuntimeOptions rt;
@@ -96,9 +99,10 @@ int run(BenchOptions& o) {
   // machines measured a 512-token chunk prefills 4-6 % faster but its scratch arena is ~20 MiB
   // bigger, which is 7 % of a 0.5B model's file (bench/RESULTS.md); --prefill-chunk overrides.
   if (!o.rt.chunk_given) cfg.prefill_chunk = std::clamp<int64_t>(std::max(o.n_prompt, o.ttft_prompt), 1, 128);
+  const int64_t max_depth = *std::max_element(o.depths.begin(), o.depths.end());
   if (cfg.variants.empty()) {
     // Room for the prompt and the generated tokens, in the default power-of-two steps.
-    cfg.max_prompt_len = std::max({o.n_prompt, o.ttft_prompt, o.depth});
+    cfg.max_prompt_len = std::max({o.n_prompt, o.ttft_prompt, max_depth});
     cfg.min_response_len = o.n_gen + 1 + (o.parallel > 0 ? o.parallel_prompt : 0);
   }
   if (o.parallel > 0) cfg.parallel = o.parallel;
@@ -113,8 +117,8 @@ int run(BenchOptions& o) {
     for (int32_t& id : ids) id = static_cast<int32_t>(rng() % static_cast<uint32_t>(V));
     return ids;
   };
-  if (o.n_prompt + 1 > rt.capacity() || o.depth + o.n_gen + 1 > rt.capacity())
-    fail("the K/V capacity {} is too small for -p {} / --depth {} + -n {}", rt.capacity(), o.n_prompt, o.depth, o.n_gen);
+  if (o.n_prompt + 1 > rt.capacity() || max_depth + o.n_gen + 1 > rt.capacity())
+    fail("the K/V capacity {} is too small for -p {} / --depth {} + -n {}", rt.capacity(), o.n_prompt, max_depth, o.n_gen);
 
   // Warm-up (as llama-bench does): one untimed run of the prompt and a few decode steps, so page
   // faults, first touches of scratch and cold caches are not measured.
@@ -123,7 +127,10 @@ int run(BenchOptions& o) {
   rt.reset();
   for (int i = 0; i < 4; ++i) rt.decode(static_cast<int32_t>(rng() % static_cast<uint32_t>(V)));
 
-  std::vector<double> pp, tg, ttft;
+  std::vector<double> pp, ttft;
+  const size_t n_depths = o.depths.size();
+  std::vector<std::vector<double>> tg_at(n_depths);  // tg runs at each depth, in repetition order
+  std::vector<double>& tg = tg_at[0];
   double stages_per_token = 0, sync_per_token = 0;  // of the last tg run
   int64_t solo_periods = 0;  // of all tg runs: the worker pool ran alone after a thread was held up
   // Of all tg runs: stage wall time by op code, and the tokens and seconds they cover.
@@ -158,9 +165,10 @@ int run(BenchOptions& o) {
       rt.prefill(ids);
       pp.push_back(static_cast<double>(o.n_prompt) / seconds(t0, Clock::now()));
     }
-    if (o.n_gen > 0) {
+    for (size_t di = 0; di < n_depths && o.n_gen > 0; ++di) {
+      const int64_t depth = o.depths[di];
       rt.reset();
-      if (o.depth > 0) rt.prefill(random_ids(o.depth));  // the context the timed tokens attend (untimed)
+      if (depth > 0) rt.prefill(random_ids(depth));  // the context the timed tokens attend (untimed)
       int32_t id = static_cast<int32_t>(rng() % static_cast<uint32_t>(V));
       const auto c0 = rt.device_counters();
       const auto t0 = Clock::now();
@@ -169,11 +177,12 @@ int run(BenchOptions& o) {
         id = static_cast<int32_t>(std::max_element(logits.begin(), logits.end()) - logits.begin());
       }
       const double took = seconds(t0, Clock::now());
-      tg.push_back(static_cast<double>(o.n_gen) / took);
+      tg_at[di].push_back(static_cast<double>(o.n_gen) / took);
       if (probe) {
         bandwidths.push_back(probe->measure());
+        // (the roofline counts the weights only: judged at the first depth given)
         const double around = (bandwidths[bandwidths.size() - 2] + bandwidths.back()) / 2;
-        if (around > 0) roofline_fractions.push_back(tg.back() * bytes_per_token / around);
+        if (around > 0 && di == 0) roofline_fractions.push_back(tg.back() * bytes_per_token / around);
       }
       const auto c1 = rt.device_counters();
       for (int op = 0; op < device::Device::Counters::kOps; ++op) stage_ns[op] += c1.stage_ns[op] - c0.stage_ns[op];
@@ -192,6 +201,14 @@ int run(BenchOptions& o) {
       (void)first;
       ttft.push_back(seconds(t0, Clock::now()) * 1000.0);
     }
+  }
+  // Each further depth against the first: the median over repetitions of the ratio of the two runs
+  // of one repetition (back to back).
+  std::vector<double> depth_ratio(n_depths, 1.0);
+  for (size_t di = 1; di < n_depths && !tg.empty(); ++di) {
+    std::vector<double> r;
+    for (size_t k = 0; k < tg.size() && k < tg_at[di].size(); ++k) r.push_back(tg_at[di][k] / tg[k]);
+    depth_ratio[di] = median(r);
   }
   // Parallel decode: every slot gets its own random prompt, then n_gen steps decode all of them
   // together (one batched blob run per step), as llama-batched-bench's S_TG measures.
@@ -244,7 +261,7 @@ int run(BenchOptions& o) {
     nlohmann::json j = {{"model", o.model},
                         {"threads", rt.device_threads()},
                         {"pp", {{"n", o.n_prompt}, {"tps_mean", pps.mean}, {"tps_sd", pps.sd}}},
-                        {"tg", {{"n", o.n_gen}, {"depth", o.depth}, {"tps_mean", tgs.mean}, {"tps_sd", tgs.sd}}},
+                        {"tg", {{"n", o.n_gen}, {"depth", o.depths[0]}, {"tps_mean", tgs.mean}, {"tps_sd", tgs.sd}}},
                         {"ttft_ms", ttft.empty() ? nlohmann::json(nullptr) : nlohmann::json(ttft_ms)},
                         {"peak_rss_bytes", peak_rss},
                         {"kv_bytes_copied_per_token", kv_copied_per_token},
@@ -278,14 +295,31 @@ int run(BenchOptions& o) {
                        {"tg_tps_per_seq", par.mean / static_cast<double>(o.parallel)},
                        {"speedup_vs_batch1", tgs.mean > 0 ? par.mean / tgs.mean : 0.0},
                        {"batch_sizes", rt.batch_sizes()}};
+    if (n_depths > 1 && !tg.empty()) {
+      j["tg_depths"] = nlohmann::json::array();
+      for (size_t di = 0; di < n_depths; ++di) {
+        const MeanSd m = mean_sd(tg_at[di]);
+        j["tg_depths"].push_back({{"depth", o.depths[di]}, {"tps_mean", m.mean}, {"tps_sd", m.sd}, {"tps_runs", tg_at[di]},
+                                  {"ratio_to_first", depth_ratio[di]}});
+      }
+    }
     fmt::print("{}\n", j.dump());
   } else {
     fmt::print("model {} | {} | chunk {} | variants {}{}\n", o.model, rt.device_name(), cfg.prefill_chunk, rt.variants().size(),
                o.busy > 0 ? fmt::format(" | {} busy-looping process(es) beside", o.busy) : "");
     fmt::print("| test   |          t/s |\n|--------|--------------|\n");
     if (!pp.empty()) fmt::print("| pp{:<4} | {:>7.2f} ± {:<4.2f} |\n", o.n_prompt, pps.mean, pps.sd);
-    if (!tg.empty())
-      fmt::print("| tg{:<4}{} | {:>7.2f} ± {:<4.2f} |\n", o.n_gen, o.depth > 0 ? fmt::format(" @ d{}", o.depth) : "", tgs.mean, tgs.sd);
+    for (size_t di = 0; di < n_depths && !tg.empty(); ++di) {
+      const MeanSd m = mean_sd(tg_at[di]);
+      fmt::print("| tg{:<4}{} | {:>7.2f} ± {:<4.2f} |\n", o.n_gen, o.depths[di] > 0 ? fmt::format(" @ d{}", o.depths[di]) : "", m.mean, m.sd);
+    }
+    for (size_t di = 1; di < n_depths && !tg.empty(); ++di) {
+      std::string runs;
+      for (size_t k = 0; k < tg.size() && k < tg_at[di].size(); ++k)
+        runs += fmt::format("{}{:.1f}%", runs.empty() ? "" : ", ", 100.0 * tg_at[di][k] / tg[k]);
+      fmt::print("tg at depth {} is {:.1f}% of tg at depth {} (median of the {} repetitions' back-to-back pairs: {})\n", o.depths[di],
+                 100.0 * depth_ratio[di], o.depths[0], tg.size(), runs);
+    }
     if (!tg_par.empty())
       fmt::print("| tg{:<4} x {} sequences | {:>7.2f} ± {:<4.2f} total, {:.2f} per sequence, {:.2f}x batch-1 tg |\n", o.n_gen, o.parallel,
                  par.mean, par.sd, par.mean / static_cast<double>(o.parallel), tgs.mean > 0 ? par.mean / tgs.mean : 0.0);
@@ -341,7 +375,10 @@ void add_bench(CLI::App& app, Actions& actions) {
   cmd->add_option("-n,--n-gen", o->n_gen, "generated tokens for the tg test (0 = skip)")->capture_default_str();
   cmd->add_option("-r,--repetitions", o->repetitions, "repetitions of each test")->capture_default_str()->check(CLI::PositiveNumber);
   cmd->add_option("--ttft-prompt", o->ttft_prompt, "prompt tokens for the time-to-first-token test (0 = skip)")->capture_default_str();
-  cmd->add_option("--depth", o->depth, "tokens of context prefilled (untimed) before each tg run, as llama-bench's -d")
+  cmd->add_option("--depth", o->depths,
+                  "tokens of context prefilled (untimed) before each tg run, as llama-bench's -d; several (32,1024): "
+                  "each repetition runs tg at each in turn and the ratios to the first are reported")
+      ->delimiter(',')
       ->capture_default_str()
       ->check(CLI::NonNegativeNumber);
   cmd->add_option("--parallel", o->parallel, "also decode N sequences together (batched blobs) and report aggregate and per-sequence tg")

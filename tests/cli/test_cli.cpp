@@ -2,6 +2,7 @@
 // readelf, and inspect refusing corrupt blobs.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
@@ -250,6 +251,23 @@ TEST(CliTools, BenchJsonReportsTheIssueFields) {
   EXPECT_EQ(d["parallel"]["n"], 2);
   EXPECT_GT(d["parallel"]["tg_tps_total"].get<double>(), 0.0);
   EXPECT_DOUBLE_EQ(d["parallel"]["tg_tps_per_seq"].get<double>(), d["parallel"]["tg_tps_total"].get<double>() / 2);
+
+  // Several depths: each repetition runs tg at each in turn; each depth's ratio to the first is the
+  // median of the repetitions' own ratios (runs next to each other in time).
+  Proc pairs = test::run_npullm("bench -m " + test::shared_path(kModel) +
+                                " -p 0 -n 8 -r 3 --ttft-prompt 0 --depth 16,200 -t 1 --json --no-cache");
+  ASSERT_EQ(pairs.rc, 0) << pairs.err;
+  const auto dp = nlohmann::json::parse(pairs.out);
+  EXPECT_EQ(dp["tg"]["depth"], 16);
+  ASSERT_EQ(dp["tg_depths"].size(), 2u) << dp;
+  EXPECT_EQ(dp["tg_depths"][1]["depth"], 200);
+  std::vector<double> ratios;
+  for (int k = 0; k < 3; ++k)
+    ratios.push_back(dp["tg_depths"][1]["tps_runs"][k].get<double>() / dp["tg_depths"][0]["tps_runs"][k].get<double>());
+  std::sort(ratios.begin(), ratios.end());
+  EXPECT_DOUBLE_EQ(dp["tg_depths"][1]["ratio_to_first"].get<double>(), ratios[1]);
+  EXPECT_DOUBLE_EQ(dp["tg_depths"][0]["ratio_to_first"].get<double>(), 1.0);
+  EXPECT_DOUBLE_EQ(dp["tg_depths"][0]["tps_mean"].get<double>(), dp["tg"]["tps_mean"].get<double>());
 }
 
 TEST(CliTools, TokenizeMatchesTheLlamaCppVector) {
