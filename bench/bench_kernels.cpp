@@ -5,7 +5,7 @@
 // Read/<threads>              bandwidth of a plain vector read loop over 1 GiB: the roofline the
 //                             decode figures are compared with (bytes_per_second).
 // DecodePanels/<type>/K/N/<threads>  the same with the weight in the Panels16 layout.
-// DecodeWarm/<type>/2048/256/1  one small Panels16 matrix again and again (in L2), one thread: the
+// DecodeWarm/<type>/K/N/1    one small Panels16 matrix again and again (in L2), one thread: the
 //                             kernel's arithmetic rate, for telling compute-bound from memory-bound.
 // Decode/<type>/K/N/<threads> one token (M = 1) through an N x K weight matrix; bytes_per_second
 //                             counts the weight bytes streamed. The matrix is one of the copies
@@ -335,12 +335,17 @@ int main(int argc, char** argv) {
                                        npullm::WeightLayout::Panels16)
               ->UseRealTime();
       }
-    if (threads == 1)  // 2048 x 256: 280 KB (Q4_0) to 590 KB (Q8_0), resident in a 1 MB L2
-      for (GgmlType t : decode_types)
-        if (cpu::matmul_reads_panels16(t, 2048))
-          benchmark::RegisterBenchmark(("DecodeWarm/" + std::string(npullm::ggml_type_name(t)) + "/2048/256/1").c_str(),
-                                       BM_DecodeWarm, t, int64_t{2048}, int64_t{256})
-              ->UseRealTime();
+    // 2048 x 256: 280 KB (Q4_0) to 590 KB (Q8_0), resident in a 1 MB L2; 896 x 512 (Qwen2.5-0.5B's
+    // width: 28 blocks of 32 per row, not a whole number of 8-block octets) about as much.
+    const std::pair<int64_t, int64_t> warm_shapes[] = {{2048, 256}, {896, 512}};
+    if (threads == 1)
+      for (auto [K, N] : warm_shapes)
+        for (GgmlType t : decode_types)
+          if (cpu::matmul_reads_panels16(t, K))
+            benchmark::RegisterBenchmark(("DecodeWarm/" + std::string(npullm::ggml_type_name(t)) + "/" + std::to_string(K) + "/" +
+                                          std::to_string(N) + "/1").c_str(),
+                                         BM_DecodeWarm, t, K, N)
+                ->UseRealTime();
     for (GgmlType t : prefill_types)
       for (int64_t M : {64, 128, 512}) {
         const std::string name = "Prefill/" + std::string(npullm::ggml_type_name(t)) + "/" + std::to_string(M) +

@@ -8,10 +8,10 @@
 # Without models it makes the five benchmark files of the speed issues and one Q4_K_M file per
 # newer family (Qwen3-0.6B, Gemma-3-1B, Phi-4-mini shapes) with `npullm synth` in DIR (default
 # /tmp/npullm-bench). llama.cpp comes from the source the npm package node-llama-cpp@3.21.1 ships
-# (a git bundle, 80fb11a; no network beyond npm) and is built twice into DIR:
+# (a git bundle, 80fb11a; no network beyond npm) and is built into DIR:
 #  - build-native: GGML_NATIVE=ON, the way its users build it. Every llama.cpp figure comes from it
 #    where it runs;
-#  - build-noamx: the AVX-512 / VNNI / BF16 flags without AMX. On this machine type the native
+#  - build-noamx (made only when a native run fails): the AVX-512 / VNNI / BF16 flags without AMX. On the Xeons the native
 #    build's AMX matmul crashes in prefill (SIGSEGV in ggml_backend_amx_mul_mat), so where a native
 #    run fails, that test is taken with this build instead and the table marks it with "*".
 # Per file: pp (N prompt tokens), tg (N generated) at depth 0 and at depth DEPTH (after DEPTH tokens
@@ -53,9 +53,11 @@ build_llama() {  # name, cmake flags...
   fi
 }
 build_llama native -DGGML_NATIVE=ON
-build_llama noamx -DGGML_NATIVE=OFF -DGGML_AVX=ON -DGGML_AVX2=ON -DGGML_FMA=ON -DGGML_F16C=ON -DGGML_BMI2=ON \
-  -DGGML_AVX512=ON -DGGML_AVX512_VBMI=ON -DGGML_AVX512_VNNI=ON -DGGML_AVX512_BF16=ON -DGGML_AVX_VNNI=ON \
-  -DGGML_AMX_INT8=OFF -DGGML_AMX_TILE=OFF -DGGML_AMX_BF16=OFF
+build_noamx() {  # only once a native run has failed (CPUs without AMX never need it)
+  build_llama noamx -DGGML_NATIVE=OFF -DGGML_AVX=ON -DGGML_AVX2=ON -DGGML_FMA=ON -DGGML_F16C=ON -DGGML_BMI2=ON \
+    -DGGML_AVX512=ON -DGGML_AVX512_VBMI=ON -DGGML_AVX512_VNNI=ON -DGGML_AVX512_BF16=ON -DGGML_AVX_VNNI=ON \
+    -DGGML_AMX_INT8=OFF -DGGML_AMX_TILE=OFF -DGGML_AMX_BF16=OFF
+}
 
 models=("$@")
 if [ ${#models[@]} -eq 0 ]; then
@@ -89,6 +91,7 @@ llama_tps() {  # out.json, llama-bench args...
   if "$src/build-native/bin/llama-bench" "$@" -t "$threads" -r "$reps" -o json >"$out" 2>"$out.err"; then
     python3 -c 'import json,sys; print("%.1f" % json.load(open(sys.argv[1]))[0]["avg_ts"], "")' "$out"
   else
+    build_noamx
     "$src/build-noamx/bin/llama-bench" "$@" -t "$threads" -r "$reps" -o json >"$out" 2>>"$out.err"
     python3 -c 'import json,sys; print("%.1f" % json.load(open(sys.argv[1]))[0]["avg_ts"], "*")' "$out"
   fi

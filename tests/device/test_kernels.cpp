@@ -615,7 +615,8 @@ TEST_P(KernelIsa, Q8_0DecodeEdges) {
 }
 
 // Weights in the Panels16 layout (formats/weight_layout.h) give the model's bits on every path:
-// block counts that end on an octet, a pair and a single block (the decode loop's steps), Q6_K
+// block counts that end on an octet, four blocks (12, 15 and Qwen2.5's 28), a pair and a single block
+// (the decode loop's steps), Q6_K
 // super-blocks at odd offsets (fields 2 bytes into a dword), rows padded to whole dwords (odd block
 // counts of the 2-byte-aligned types: Q4_0 K = 32, Q6_K K = 256, 768), a last panel cut short (N = 40, 1),
 // ranges that start at later panels, decode and prefill M, x quantised inside or up front.
@@ -623,7 +624,7 @@ TEST_P(KernelIsa, Int8MatmulPanels16MatchesModelBitForBit) {
   uint32_t seed = 1500;
   for (const MatmulCase& c : matmul_cases()) {
     if (!uses_int8(c.type)) continue;
-    const std::vector<int64_t> Ks = c.Ks.back() % 256 == 0 ? std::vector<int64_t>{256, 512, 768} : std::vector<int64_t>{32, 64, 96, 320, 544};
+    const std::vector<int64_t> Ks = c.Ks.back() % 256 == 0 ? std::vector<int64_t>{256, 512, 768} : std::vector<int64_t>{32, 64, 96, 320, 384, 480, 544, 896};
     for (int64_t K : Ks) {
       ASSERT_TRUE(matmul_reads_panels16(c.type, K)) << c.name << " K=" << K;
       for (int64_t M : {1, 2, 4, 5, 33}) {
