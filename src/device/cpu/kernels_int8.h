@@ -1007,18 +1007,14 @@ NPULLM_HOT void tile_nibbles(const typename IO::VI* q4, typename IO::VI dm, cons
   }
 }
 
-// Blocks u0 .. u0 + NB - 1 (NB = 8: an octet, at a multiple of 8; NB = 4, packed panels only: the
-// last four blocks of a row whose blocks are not a whole number of octets, as Qwen2.5-0.5B's 28 of
-// K = 896, which otherwise went in pairs: DecodeWarm Q8_0 896 x 512 ran at 79 GB/s against 95 at 2048).
-template <class IO, GgmlType T, int TM, class PN, int NB = 8>
+template <class IO, GgmlType T, int TM, class PN>
 NPULLM_HOT void gemv_octet(const PN& p, int64_t u0, const XQ& x, typename IO::VF (&facc)[TM][1]) {
   using VI = typename IO::VI;
   using VF = typename IO::VF;
-  static_assert(NB == 8 || (NB == 4 && is_packed<PN>()), "a row panel reads whole 16-byte pieces of an octet");
   constexpr int64_t B = block_bytes<T>();
-  constexpr int64_t total = NB * B;           // bytes of the group (a multiple of 4: blocks are even, NB is 4 or 8)
-  constexpr int n32 = static_cast<int>(total / 32);  // whole 32-byte pieces; for an octet total % 32 is 0 or 16
-  const auto uv = unit_at(p, u0 * B, total);
+  constexpr int64_t total = 8 * B;            // bytes of the group
+  constexpr int n32 = static_cast<int>(total / 32);  // whole 32-byte pieces; total % 32 is 0 or 16
+  const auto uv = unit_at(p, (u0 >> 3) * total, total);  // (u0 is a multiple of 8)
   const auto& pp = uv.first;
   const int64_t o = uv.second;
   VI D[total / 4];
@@ -1038,7 +1034,7 @@ NPULLM_HOT void gemv_octet(const PN& p, int64_t u0, const XQ& x, typename IO::VF
     }
   };
   NPULLM_UNROLL_I8
-  for (int b = 0; b < NB; ++b) {
+  for (int b = 0; b < 8; ++b) {
     const int64_t f = b * B;  // the block's first byte in the group
     VI dec[10];
     VF* decf = reinterpret_cast<VF*>(dec);
@@ -1242,15 +1238,8 @@ void gemv_panels(const uint8_t* W, size_t row_bytes, int64_t nu, const XQ& x, in
     if constexpr (octets) {
       if (cnt == 8) {
         gemv_octet<IO, T, TM, PN>(pan[0], u, x, facc);
-      } else {  // the last nu % 8 blocks: four at once (packed), pairs, then a single one
-        int64_t v = u;
-        if constexpr (is_packed<PN>()) {
-          if (cnt >= 4) {
-            gemv_octet<IO, T, TM, PN, 4>(pan[0], v, x, facc);
-            v += 4;
-          }
-        }
-        for (; v < nu; v += 2) {
+      } else {  // the last nu % 8 blocks: pairs, then a single one
+        for (int64_t v = u; v < nu; v += 2) {
           const int c2 = nu - v < 2 ? 1 : 2;
           decode_units<IO, T>(fetching_at(pan[0], v * unit_bytes(T), c2 * unit_bytes(T)), v, c2, buf[0]);
           for (int i = 0; i < c2; ++i) {
