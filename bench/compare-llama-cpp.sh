@@ -11,15 +11,16 @@
 # (a git bundle, 80fb11a; no network beyond npm) and is built into DIR:
 #  - build-native: GGML_NATIVE=ON, the way its users build it. Every llama.cpp figure comes from it
 #    where it runs;
-#  - build-noamx (made only when a native run fails): the AVX-512 / VNNI / BF16 flags without AMX. On the Xeons the native
-#    build's AMX matmul crashes in prefill (SIGSEGV in ggml_backend_amx_mul_mat), so where a native
-#    run fails, that test is taken with this build instead and the table marks it with "*".
+#  - build-noamx, made only once a native run fails: the AVX-512 / VNNI / BF16 flags without AMX.
+#    On the Xeons the native build's AMX matmul crashes in prefill (SIGSEGV in
+#    ggml_backend_amx_mul_mat), so where a native run fails, that test is taken with this build
+#    instead and the table marks it with "*".
 # Per file: pp (N prompt tokens), tg (N generated) at depth 0 and at depth DEPTH (after DEPTH tokens
 # of context, llama-bench -d / npullm bench --depth); npullm's d DEPTH / d32 ratio comes from one
-# `npullm bench --depth 32,DEPTH` whose repetitions run the two depths back to back (the ratio of each
-# pair, median over pairs: a shared machine's memory speed moves within minutes); and, with -b BUSY > 0, tg again with BUSY
-# busy-looping processes beside each program (started and killed by this script, the same for
-# both). With -b, stories260K (../shared) is also timed with 1 and 2 threads under that load.
+# `npullm bench --depth 32,DEPTH`, whose repetitions run the two depths back to back (each pair's
+# ratio, median over pairs: a shared machine's memory speed moves within minutes); and, with
+# -b BUSY > 0, tg again with BUSY busy-looping processes beside each program (started and killed
+# by this script, the same for both). With -b, stories260K (../shared) is also timed with 1 and 2 threads under that load.
 # npullm's roofline column: tg x weight bytes per token / the read bandwidth `npullm bench`
 # measured in the same run (cli/bandwidth.cpp).
 # Results: DIR/compare-<date>.md (a table) and the raw outputs beside it.

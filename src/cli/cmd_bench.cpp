@@ -202,13 +202,13 @@ int run(BenchOptions& o) {
       ttft.push_back(seconds(t0, Clock::now()) * 1000.0);
     }
   }
-  // Each further depth against the first: the median over repetitions of the ratio of the two runs
-  // of one repetition (back to back).
+  // Each depth against the first: per repetition the ratio of its two runs (back to back), and
+  // the median of those.
+  std::vector<std::vector<double>> pair_ratios(n_depths);
   std::vector<double> depth_ratio(n_depths, 1.0);
   for (size_t di = 1; di < n_depths && !tg.empty(); ++di) {
-    std::vector<double> r;
-    for (size_t k = 0; k < tg.size() && k < tg_at[di].size(); ++k) r.push_back(tg_at[di][k] / tg[k]);
-    depth_ratio[di] = median(r);
+    for (size_t k = 0; k < tg.size(); ++k) pair_ratios[di].push_back(tg_at[di][k] / tg[k]);
+    depth_ratio[di] = median(pair_ratios[di]);
   }
   // Parallel decode: every slot gets its own random prompt, then n_gen steps decode all of them
   // together (one batched blob run per step), as llama-batched-bench's S_TG measures.
@@ -315,8 +315,7 @@ int run(BenchOptions& o) {
     }
     for (size_t di = 1; di < n_depths && !tg.empty(); ++di) {
       std::string runs;
-      for (size_t k = 0; k < tg.size() && k < tg_at[di].size(); ++k)
-        runs += fmt::format("{}{:.1f}%", runs.empty() ? "" : ", ", 100.0 * tg_at[di][k] / tg[k]);
+      for (double r : pair_ratios[di]) runs += fmt::format("{}{:.1f}%", runs.empty() ? "" : ", ", 100.0 * r);
       fmt::print("tg at depth {} is {:.1f}% of tg at depth {} (median of the {} repetitions' back-to-back pairs: {})\n", o.depths[di],
                  100.0 * depth_ratio[di], o.depths[0], tg.size(), runs);
     }

@@ -615,9 +615,8 @@ TEST_P(KernelIsa, Q8_0DecodeEdges) {
 }
 
 // Weights in the Panels16 layout (formats/weight_layout.h) give the model's bits on every path:
-// block counts that end on an octet, four blocks (12, 15 and Qwen2.5's 28), a pair and a single block
-// (the decode loop's steps), Q6_K
-// super-blocks at odd offsets (fields 2 bytes into a dword), rows padded to whole dwords (odd block
+// block counts that end on an octet, a pair and a single block (the decode loop's steps; 12, 15 and
+// Qwen2.5's 28 blocks leave 4 or 7 after the octets), Q6_K super-blocks at odd offsets (fields 2 bytes into a dword), rows padded to whole dwords (odd block
 // counts of the 2-byte-aligned types: Q4_0 K = 32, Q6_K K = 256, 768), a last panel cut short (N = 40, 1),
 // ranges that start at later panels, decode and prefill M, x quantised inside or up front.
 TEST_P(KernelIsa, Int8MatmulPanels16MatchesModelBitForBit) {
