@@ -186,7 +186,8 @@ void run_chunk(const TaskDesc& t, int64_t b, int64_t e, float* work, const float
 class CpuDevice final : public device::Device {
  public:
   explicit CpuDevice(int threads)
-      : pool_(threads), work_(static_cast<size_t>(pool_.threads())), own_x_(static_cast<size_t>(pool_.threads())) {}
+      : pool_(threads), work_(static_cast<size_t>(pool_.threads())), own_x_(static_cast<size_t>(pool_.threads())),
+        own_q_(static_cast<size_t>(pool_.threads())) {}
 
   std::string name() const override { return std::string("cpu (") + kernel_isa() + ")"; }
   // The int8 types, where the vector path reads 16 rows at once (AVX-512, AMX): one load per
@@ -310,9 +311,38 @@ class CpuDevice final : public device::Device {
       if (own.buf.size() < bytes) own.buf = AlignedBytes(bytes);
       matmul_prologue(t, reinterpret_cast<float*>(own.buf.data()), 0, t.dim[0]);
       own.t = &t;
+      ++own.fills;
       own.epoch = epoch_;
     }
     return reinterpret_cast<const float*>(own.buf.data());
+  }
+
+  // A decode-sized MatMul's activations x quantised for its weight type by this thread, once per
+  // stage for all its chunks and every task of the stage that reads the same x for the same weight
+  // type (q, k and v; gate and up), instead of once per chunk: the same bytes the kernel would
+  // make itself, so the same bits. Null for weight types that take x as floats.
+  // `fill` tells apart the contents of one x buffer (own_prologue refills its buffer when a task of
+  // the stage has another prologue).
+  const void* own_quantized(const TaskDesc& t, const float* x, uint64_t fill, size_t worker) {
+    const GgmlType wt = ty(t, 1);
+    const int64_t M = t.dim[0], K = t.dim[1];
+    const int64_t bytes = prequantized_x_bytes(wt, M, K);
+    if (bytes == 0) return nullptr;
+    std::vector<OwnQ>& mine = own_q_[worker];
+    for (OwnQ& q : mine)
+      if (q.epoch == epoch_ && q.x == x && q.fill == fill && q.wt == wt && q.M == M && q.K == K) return q.buf.data();
+    // A stale entry, or a new one (a stage reads at most a few activations per thread).
+    auto slot = std::find_if(mine.begin(), mine.end(), [&](const OwnQ& q) { return q.epoch != epoch_; });
+    if (slot == mine.end()) slot = mine.emplace(mine.end());
+    if (slot->buf.size() < static_cast<size_t>(bytes)) slot->buf = AlignedBytes(static_cast<size_t>(bytes));
+    prequantize_x(wt, x, M, K, slot->buf.data(), 0, M);
+    slot->epoch = epoch_;
+    slot->x = x;
+    slot->fill = fill;
+    slot->wt = wt;
+    slot->M = M;
+    slot->K = K;
+    return slot->buf.data();
   }
 
   // Prefill matmuls with int8 activations: x is quantised once per stage, all threads helping,
@@ -324,8 +354,8 @@ class CpuDevice final : public device::Device {
     size_t bytes = 0;
     for (size_t i = 0; i < n; ++i) {
       const TaskDesc& t = tasks[i];
-      // (a MatMul applying its prologue per thread is small enough to quantise x per chunk)
-      if (t.op != static_cast<uint32_t>(OpCode::MatMul) || !x_[i]) continue;
+      // (a decode-sized MatMul's x is quantised by each thread for itself: own_quantized)
+      if (t.op != static_cast<uint32_t>(OpCode::MatMul) || !x_[i] || t.dim[0] <= kThreadPrologueRows) continue;
       const int64_t need = prequantized_x_bytes(ty(t, 1), t.dim[0], t.dim[1]);
       if (need == 0) continue;
       auto same = std::find_if(pre_.begin(), pre_.end(), [&](const PreQ& q) {
@@ -382,9 +412,13 @@ class CpuDevice final : public device::Device {
       const int64_t b = std::min(s.length, c * step), e = std::min(s.length, b + step);
       if (b >= e) return;
       const float* x = x_[i];
-      if (!x && has_prologue(tasks[i]) && tasks[i].op == static_cast<uint32_t>(OpCode::MatMul))
-        x = own_prologue(tasks[i], static_cast<size_t>(worker));
-      run_chunk(tasks[i], b, e, work_[static_cast<size_t>(worker)].data(), x, xq_[i]);
+      const void* xq = xq_[i];
+      if (tasks[i].op == static_cast<uint32_t>(OpCode::MatMul) && tasks[i].dim[0] <= kThreadPrologueRows) {
+        const bool own = !x && has_prologue(tasks[i]);
+        if (own) x = own_prologue(tasks[i], static_cast<size_t>(worker));
+        xq = own_quantized(tasks[i], x, own ? own_x_[static_cast<size_t>(worker)].fills : 0, static_cast<size_t>(worker));
+      }
+      run_chunk(tasks[i], b, e, work_[static_cast<size_t>(worker)].data(), x, xq);
     }, parallel);
     counters_.stages++;
     counters_.parallel_stages += parallel;
@@ -403,10 +437,21 @@ class CpuDevice final : public device::Device {
         : x(x_), wt(wt_), M(M_), K(K_), off(off_), tasks{task} {}
   };
 
+  // One thread's quantised activations of a small MatMul (own_quantized).
+  struct OwnQ {
+    uint64_t epoch = 0;
+    const float* x = nullptr;
+    uint64_t fill = 0;
+    GgmlType wt = GgmlType::F32;
+    int64_t M = 0, K = 0;
+    AlignedBytes buf;
+  };
+
   // One thread's copy of a small MatMul's activations with its prologue applied (own_prologue).
   struct OwnX {
     const TaskDesc* t = nullptr;
     uint64_t epoch = 0;
+    uint64_t fills = 0;  // times buf was (re)computed
     AlignedBytes buf;
   };
 
@@ -416,6 +461,7 @@ class CpuDevice final : public device::Device {
   AlignedBytes stage_x_;
   std::vector<std::vector<float>> work_;
   std::vector<OwnX> own_x_;
+  std::vector<std::vector<OwnQ>> own_q_;
   uint64_t epoch_ = 0;  // stages run so far: an OwnX of an earlier stage is stale
   std::vector<PreQ> pre_;
   std::vector<const void*> xq_;

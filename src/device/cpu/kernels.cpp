@@ -538,7 +538,7 @@ MatmulActivations matmul_activations(GgmlType wt) {
 int64_t attention_work_floats(int64_t C) { return C > 0 ? C * detail::kGroupHeads : 0; }  // scores of the heads taken together
 
 int64_t prequantized_x_bytes(GgmlType wt, int64_t M, int64_t K) {
-  if (!detail::int8_supported(wt) || M <= detail::kGemvMaxM || K <= 0 || K % detail::unit_elems(wt) != 0) return 0;
+  if (!detail::int8_supported(wt) || M <= 0 || K <= 0 || K % detail::unit_elems(wt) != 0) return 0;
   return detail::xq_all_bytes(M, K);
 }
 

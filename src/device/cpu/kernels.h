@@ -39,8 +39,9 @@ void rmsnorm_rows(const float* x, const float* w, float* out, int64_t D, float e
 // Either way M = 1 (decode) and M > 1 (prefill) agree bit for bit, and so does any [n0, n1) split.
 // work: matmul_work_floats(K) floats; may be null only when M == 1 and wt is F32, F16 or BF16
 // (decode streams the weights without scratch).
-// xq: null, or x already quantised by prequantize_x for this wt (prefill: the device quantises a
-// stage's activations once instead of once per output chunk); the results are the same bits.
+// xq: null, or x already quantised by prequantize_x for this wt (the device quantises a stage's
+// activations once, or once per thread for decode, instead of once per output chunk); the results
+// are the same bits.
 // layout: how W is stored (formats/weight_layout.h); Panels16 only where matmul_reads_panels16,
 // and then n0 must be a multiple of 16 (a range starts at a panel). Both layouts give the same bits.
 void matmul(const float* x, int64_t M, int64_t K, const void* W, GgmlType wt, const float* bias,
@@ -51,8 +52,8 @@ void matmul(const float* x, int64_t M, int64_t K, const void* W, GgmlType wt, co
 // activations (their kernels read 16 rows side by side), whole blocks, on every code path.
 bool matmul_reads_panels16(GgmlType wt, int64_t K);
 
-// Bytes prequantize_x needs for an [M, K] x and weights of type wt; 0 when matmul quantises x on
-// its own (weights without int8 activations, or M small enough for the decode loop).
+// Bytes prequantize_x needs for an [M, K] x and weights of type wt; 0 for weights without int8
+// activations (matmul then takes x as floats).
 int64_t prequantized_x_bytes(GgmlType wt, int64_t M, int64_t K);
 // Quantises rows [m0, m1) of x for weights of type wt into dst (prequantized_x_bytes, 64-byte aligned).
 void prequantize_x(GgmlType wt, const float* x, int64_t M, int64_t K, void* dst, int64_t m0, int64_t m1);
