@@ -216,10 +216,10 @@ struct Panel {
   int valid;  // rows that exist (1..R)
 };
 
-// How far ahead of its loads a packed decode fetches (into L2): see PackedPanel.
+// How far ahead of its loads a packed decode fetches: see PackedPanel.
 // (Measured from memory, 2 threads, Zen 5, after the per-unit addressing: 4 KiB best for the
 // types read line after line; Q6_K, which reads three regions of each super-block in turn, 8 KiB:
-// 50-51 GB/s against 40-44 at 4 and 16 KiB.)
+// 50-51 GB/s against 40-44 at 4 and 16 KiB. Non-temporal fetches at 8 KiB for all types: no better.)
 constexpr int64_t kFetchAhead = 4 << 10;
 constexpr int64_t kFetchAheadQ6K = 8 << 10;
 
@@ -238,7 +238,13 @@ struct PackedPanel {
   const uint8_t* base;
   int valid;
   // Decode (gemv_panels): every load also fetches the line kFetchAhead (Q6_K: kFetchAheadQ6K)
-  // bytes further on into L2, while below `stop` (the end of the matrix; null: no fetching). A
+  // bytes further on, while below `stop` (the end of the matrix; null: no fetching). The fetch is
+  // non-temporal (prefetchnta, ld): a weight line is read once per token, and on Zen 5 a line so
+  // fetched goes to L1 without a place in L2, so it is not then pushed out to L3 (a victim cache
+  // there) for nothing. Against fetches into L2, whole model, 2 threads, the two alternated:
+  // TinyLlama Q4_0 78.5 -> 87 % of the roofline (medians of 10 pairs, ahead in every pair), Q4_K_M
+  // ahead in 8 of 10, Qwen2.5 Q4_K_M (mostly Q5_0) 5 of 10; into L1 and L2 (prefetcht0) no better
+  // than into L2 (bench/RESULTS.md, session 15). A
   // packed panel is one linear run, and on this kind of CPU such a run streams at the memory's
   // rate only when it is read one line at a time, each load with its own fetch, interleaved with
   // the work on it (hence also the kernel files' -fno-schedule-insns2, CMakeLists.txt): a synthetic
@@ -317,14 +323,14 @@ NPULLM_HOT void ld(const PackedPanel<IO>& p, int64_t off, typename IO::VI* out) 
   if ((off & 3) == 0) {
     NPULLM_UNROLL_I8
     for (int g = 0; g < C; ++g) {
-      __builtin_prefetch(f + 64 * g, 0, 2);
+      __builtin_prefetch(f + 64 * g, 0, 0);
       out[g] = IO::loadp(b + 64 * g);
     }
   } else {
     VI prev = IO::loadp(b);  // (fetched as the last line of the piece before)
     NPULLM_UNROLL_I8
     for (int g = 0; g < C; ++g) {
-      __builtin_prefetch(f + 64 * (g + 1), 0, 2);
+      __builtin_prefetch(f + 64 * (g + 1), 0, 0);
       const VI nx = IO::loadp(b + 64 * (g + 1));
       out[g] = mid16<IO>(prev, nx);
       prev = nx;
