@@ -243,8 +243,8 @@ struct PackedPanel {
   // fetched goes to L1 without a place in L2, so it is not then pushed out to L3 (a victim cache
   // there) for nothing. Against fetches into L2, whole model, 2 threads, the two alternated:
   // TinyLlama Q4_0 78.5 -> 87 % of the roofline (medians of 10 pairs, ahead in every pair), Q4_K_M
-  // ahead in 8 of 10, Qwen2.5 Q4_K_M (mostly Q5_0) 5 of 10; into L1 and L2 (prefetcht0) no better
-  // than into L2 (bench/RESULTS.md, session 15). A
+  // ahead in 8 of 10, Qwen2.5 Q4_K_M (mostly Q5_0) 5 of 10 (77.5 against 80.5 %); into L1 and
+  // L2 (prefetcht0) no better than into L2 (bench/RESULTS.md, session 15). A
   // packed panel is one linear run, and on this kind of CPU such a run streams at the memory's
   // rate only when it is read one line at a time, each load with its own fetch, interleaved with
   // the work on it (hence also the kernel files' -fno-schedule-insns2, CMakeLists.txt): a synthetic
