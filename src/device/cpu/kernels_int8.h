@@ -13,8 +13,9 @@
 // ---- Numerics (the same bits on every ISA path, for every M and every [n0, n1) split) ---------
 //
 // Activations. Each row of x is quantised at the start of every matmul call (kChunkRows rows at a
-// time, into `work`); the device calls matmul once per [n0, n1) chunk, and every call quantises
-// the same rows to the same bytes:
+// time, into `work`) unless the call brings x quantised already (the CPU device quantises a stage's
+// x once, or once per thread for decode, and hands it to every [n0, n1) chunk); every quantisation
+// of the same rows gives the same bytes:
 //   Q8_0-style, per 32 values x[0..31]:  amax = max |x|, d = amax / 127, id = amax ? 127 / amax : 0,
 //     q = round_half_even(x * id) (int8), dx = fp16(d) widened back to float (d is stored as a half,
 //     as in ggml's block_q8_0).
@@ -98,7 +99,7 @@ constexpr int64_t kGemvMaxM = 4;
 // too: a batched decode step of up to 8 sequences then reads each panel once for all of them,
 // the decoded block in registers with 8 float accumulators beside it, instead of decoding panels
 // through memory for the prefill tiles (measured on the TinyLlama-shape Q4_0 file, 8 sequences:
-// 4.2x -> 4.6x the batch-1 decode rate). Same bits either way; x may come pre-quantised (M > 4).
+// 4.2x -> 4.6x the batch-1 decode rate). Same bits either way; x may come pre-quantised.
 constexpr int64_t kGemvMaxMWide = 8;
 // Panels decoded side by side for prefill.
 constexpr int kPanels = 2;
@@ -137,8 +138,8 @@ struct XQ {
   int64_t ldq = 0, ldd = 0, ldc = 0;
 };
 
-// Activations of all M rows quantised once, up front (prefill: every chunk of the output and every
-// matmul of a stage that reads the same x share them): [q M x ldq | d M x ldd | s M x ldd | c M x ldc],
+// Activations of all M rows quantised once, up front (every chunk of the output and every matmul
+// of a stage that reads the same x share them): [q M x ldq | d M x ldd | s M x ldd | c M x ldc],
 // each part 64-byte aligned. xq_view gives the XQ of rows m0.. of such a buffer.
 constexpr int64_t xq_all_bytes(int64_t M, int64_t K) {
   return M * align64(K) + 2 * align64(M * 4 * (K / 32)) + align64(M * 4 * (K / 16));
