@@ -311,7 +311,9 @@ class CpuDevice final : public device::Device {
       if (own.buf.size() < bytes) own.buf = AlignedBytes(bytes);
       matmul_prologue(t, reinterpret_cast<float*>(own.buf.data()), 0, t.dim[0]);
       own.t = &t;
-      ++own.fills;
+      // Its quantisation, if this thread made one of the buffer's old contents, is stale now.
+      for (OwnQ& q : own_q_[worker])
+        if (q.x == reinterpret_cast<const float*>(own.buf.data())) q.epoch = 0;
       own.epoch = epoch_;
     }
     return reinterpret_cast<const float*>(own.buf.data());
@@ -321,16 +323,14 @@ class CpuDevice final : public device::Device {
   // stage for all its chunks and every task of the stage that reads the same x for the same weight
   // type (q, k and v; gate and up), instead of once per chunk: the same bytes the kernel would
   // make itself, so the same bits. Null for weight types that take x as floats.
-  // `fill` tells apart the contents of one x buffer (own_prologue refills its buffer when a task of
-  // the stage has another prologue).
-  const void* own_quantized(const TaskDesc& t, const float* x, uint64_t fill, size_t worker) {
+  const void* own_quantized(const TaskDesc& t, const float* x, size_t worker) {
     const GgmlType wt = ty(t, 1);
     const int64_t M = t.dim[0], K = t.dim[1];
     const int64_t bytes = prequantized_x_bytes(wt, M, K);
     if (bytes == 0) return nullptr;
     std::vector<OwnQ>& mine = own_q_[worker];
     for (OwnQ& q : mine)
-      if (q.epoch == epoch_ && q.x == x && q.fill == fill && q.wt == wt && q.M == M && q.K == K) return q.buf.data();
+      if (q.epoch == epoch_ && q.x == x && q.wt == wt && q.M == M && q.K == K) return q.buf.data();
     // A stale entry, or a new one (a stage reads at most a few activations per thread).
     auto slot = std::find_if(mine.begin(), mine.end(), [&](const OwnQ& q) { return q.epoch != epoch_; });
     if (slot == mine.end()) slot = mine.emplace(mine.end());
@@ -338,7 +338,6 @@ class CpuDevice final : public device::Device {
     prequantize_x(wt, x, M, K, slot->buf.data(), 0, M);
     slot->epoch = epoch_;
     slot->x = x;
-    slot->fill = fill;
     slot->wt = wt;
     slot->M = M;
     slot->K = K;
@@ -414,9 +413,8 @@ class CpuDevice final : public device::Device {
       const float* x = x_[i];
       const void* xq = xq_[i];
       if (tasks[i].op == static_cast<uint32_t>(OpCode::MatMul) && tasks[i].dim[0] <= kThreadPrologueRows) {
-        const bool own = !x && has_prologue(tasks[i]);
-        if (own) x = own_prologue(tasks[i], static_cast<size_t>(worker));
-        xq = own_quantized(tasks[i], x, own ? own_x_[static_cast<size_t>(worker)].fills : 0, static_cast<size_t>(worker));
+        if (!x && has_prologue(tasks[i])) x = own_prologue(tasks[i], static_cast<size_t>(worker));
+        xq = own_quantized(tasks[i], x, static_cast<size_t>(worker));
       }
       run_chunk(tasks[i], b, e, work_[static_cast<size_t>(worker)].data(), x, xq);
     }, parallel);
@@ -441,7 +439,6 @@ class CpuDevice final : public device::Device {
   struct OwnQ {
     uint64_t epoch = 0;
     const float* x = nullptr;
-    uint64_t fill = 0;
     GgmlType wt = GgmlType::F32;
     int64_t M = 0, K = 0;
     AlignedBytes buf;
@@ -451,7 +448,6 @@ class CpuDevice final : public device::Device {
   struct OwnX {
     const TaskDesc* t = nullptr;
     uint64_t epoch = 0;
-    uint64_t fills = 0;  // times buf was (re)computed
     AlignedBytes buf;
   };
 
