@@ -143,13 +143,28 @@ done
 
 stories="${NPULLM_SHARED_DIR:-$(cd .. && pwd)/shared}/models/llama2c/stories260K.gguf"
 if [ "$busy" -gt 0 ] && [ -f "$stories" ]; then
+  # Four pairs, the order alternating (1 then THREADS, THREADS then 1, ...), each run 6 x 448 tokens:
+  # a run of 256 tokens lasts ~18 ms, shorter than the scheduler's slices beside a busy process, and
+  # single such runs differed by up to 30 % either way for the same code.
   start_busy
-  npullm_json "$dir/stories.t1.busy.json" 1 -m "$stories" -p 0 -n 256
-  npullm_json "$dir/stories.t2.busy.json" "$threads" -m "$stories" -p 0 -n 256
+  for pair in 1 2 3 4; do
+    if ((pair % 2)); then order="1 $threads"; else order="$threads 1"; fi
+    for t in $order; do
+      "$npullm" bench -m "$stories" -p 0 -n 448 -r 6 -t "$t" --json >"$dir/stories.t$t.busy.$pair.json"
+    done
+  done
   stop_busy
-  t1=$(field "$dir/stories.t1.busy.json" 'd["tg"]["tps_mean"]' %.0f)
-  t2=$(field "$dir/stories.t2.busy.json" 'd["tg"]["tps_mean"]' %.0f)
-  printf '\nstories260K tg256 beside %s busy process(es): %s t/s with 1 thread, %s t/s with %s\n' "$busy" "$t1" "$t2" "$threads" >>"$out"
+  python3 - "$dir" "$threads" "$busy" >>"$out" <<'PY'
+import json, statistics, sys
+d, t, busy = sys.argv[1], sys.argv[2], sys.argv[3]
+tps = lambda n, p: json.load(open(f"{d}/stories.t{n}.busy.{p}.json"))["tg"]["tps_mean"]
+one = [tps(1, p) for p in range(1, 5)]
+many = [tps(t, p) for p in range(1, 5)]
+sync = json.load(open(f"{d}/stories.t{t}.busy.1.json"))["sync_points_per_token"]
+print(f"\nstories260K tg448 beside {busy} busy process(es), 4 pairs: median {statistics.median(one):.0f} t/s with 1 thread, "
+      f"{statistics.median(many):.0f} with {t} ({t} / 1 thread by pair: {', '.join(f'{b / a:.2f}' for a, b in zip(one, many))}; "
+      f"{sync:.0f} stages per token on several threads)")
+PY
   tail -1 "$out"
 fi
 echo "table: $out"
