@@ -217,12 +217,21 @@ struct Panel {
   int valid;  // rows that exist (1..R)
 };
 
-// How far ahead of its loads a packed decode fetches: see PackedPanel.
+// How far ahead of its loads a packed decode fetches: see PackedPanel. kFetchAhead where a caller
+// does not say; the decode loops take fetch_ahead_bytes<T>(), the same for a type's block groups
+// and its last blocks (a row of K = 896 ends in 4 blocks after 3 octets: where those fetched nearer
+// than the octets, each panel's tail fetched nothing new and the stream fell behind).
 // (Measured from memory, 2 threads, Zen 5, after the per-unit addressing: 4 KiB best for the
 // types read line after line; Q6_K, which reads three regions of each super-block in turn, 8 KiB:
-// 50-51 GB/s against 40-44 at 4 and 16 KiB. Non-temporal fetches at 8 KiB for all types: no better.)
+// 50-51 GB/s against 40-44 at 4 and 16 KiB. With non-temporal fetches, whole model, alternated
+// pairs, session 16: 8 KiB for every type but Q8_0 took Qwen2.5 Q4_K_M (mostly Q5_0, rows of 896)
+// from 65 to 71.5 % of the roofline, ahead in 10 of 10 pairs, and 18 of 18 over two runs; Q8_0 at
+// 8 KiB fell 10 % (Qwen2.5 Q8_0, 0 of 6); TinyLlama Q4_0 ahead in 5 of 8, Q4_K_M level.)
 constexpr int64_t kFetchAhead = 4 << 10;
-constexpr int64_t kFetchAheadQ6K = 8 << 10;
+template <GgmlType T>
+constexpr int64_t fetch_ahead_bytes() {
+  return T == GgmlType::Q8_0 ? 4 << 10 : 8 << 10;
+}
 
 template <class IO>
 inline void make_panel(const uint8_t* W, size_t row_bytes, int64_t n, int64_t n_end, Panel<IO>& p) {
@@ -238,7 +247,7 @@ template <class IO>
 struct PackedPanel {
   const uint8_t* base;
   int valid;
-  // Decode (gemv_panels): every load also fetches the line kFetchAhead (Q6_K: kFetchAheadQ6K)
+  // Decode (gemv_panels): every load also fetches the line fetch_ahead_bytes<T>()
   // bytes further on, while below `stop` (the end of the matrix; null: no fetching). The fetch is
   // non-temporal (prefetchnta, ld): a weight line is read once per token, and on Zen 5 a line so
   // fetched goes to L1 without a place in L2, so it is not then pushed out to L3 (a victim cache
@@ -789,7 +798,7 @@ NPULLM_HOT void gemv_unit_k4(const PN& p, int64_t u, const XQ& x, typename IO::V
   using VI = typename IO::VI;
   using VF = typename IO::VF;
   constexpr bool five = T == GgmlType::Q5_K;
-  const auto uv = unit_at(p, u * (five ? 176 : 144), five ? 176 : 144);
+  const auto uv = unit_at(p, u * (five ? 176 : 144), five ? 176 : 144, fetch_ahead_bytes<T>());
   const auto& pp = uv.first;
   const int64_t o = uv.second;
   VI hdr[4], qh[8];
@@ -861,7 +870,7 @@ template <class IO, int TM, class PN>
 NPULLM_HOT void gemv_unit_q6k(const PN& p, int64_t u, const XQ& x, typename IO::VF (&facc)[TM][1]) {
   using VI = typename IO::VI;
   using VF = typename IO::VF;
-  const auto uv = unit_at(p, u * 210, 210, kFetchAheadQ6K);
+  const auto uv = unit_at(p, u * 210, 210, fetch_ahead_bytes<GgmlType::Q6_K>());
   const auto& pp = uv.first;
   const int64_t o = uv.second;
   VI scw[4];
@@ -1021,7 +1030,7 @@ NPULLM_HOT void gemv_octet(const PN& p, int64_t u0, const XQ& x, typename IO::VF
   constexpr int64_t B = block_bytes<T>();
   constexpr int64_t total = 8 * B;            // bytes of the group
   constexpr int n32 = static_cast<int>(total / 32);  // whole 32-byte pieces; total % 32 is 0 or 16
-  const auto uv = unit_at(p, (u0 >> 3) * total, total);  // (u0 is a multiple of 8)
+  const auto uv = unit_at(p, (u0 >> 3) * total, total, fetch_ahead_bytes<T>());  // (u0 is a multiple of 8)
   const auto& pp = uv.first;
   const int64_t o = uv.second;
   VI D[total / 4];
@@ -1248,7 +1257,7 @@ void gemv_panels(const uint8_t* W, size_t row_bytes, int64_t nu, const XQ& x, in
       } else {  // the last nu % 8 blocks: pairs, then a single one
         for (int64_t v = u; v < nu; v += 2) {
           const int c2 = nu - v < 2 ? 1 : 2;
-          decode_units<IO, T>(fetching_at(pan[0], v * unit_bytes(T), c2 * unit_bytes(T)), v, c2, buf[0]);
+          decode_units<IO, T>(fetching_at(pan[0], v * unit_bytes(T), c2 * unit_bytes(T), fetch_ahead_bytes<T>()), v, c2, buf[0]);
           for (int i = 0; i < c2; ++i) {
             const VI* dec[1] = {buf[0] + i * V};
             tile_unit<IO, T, TM, 1>(dec, x, 0, v + i, facc);
