@@ -217,9 +217,8 @@ struct Panel {
   int valid;  // rows that exist (1..R)
 };
 
-// How far ahead of its loads a packed decode fetches: see PackedPanel. kFetchAhead where a caller
-// does not say; the decode loops take fetch_ahead_bytes<T>(), the same for a type's block groups
-// and its last blocks (a row of K = 896 ends in 4 blocks after 3 octets: where those fetched nearer
+// How far ahead of its loads a packed decode fetches (see PackedPanel), by weight type: every
+// decode loop passes it, the same for a type's block groups and its last blocks (a row of K = 896 ends in 4 blocks after 3 octets: where those fetched nearer
 // than the octets, each panel's tail fetched nothing new and the stream fell behind).
 // (Measured from memory, 2 threads, Zen 5, after the per-unit addressing: 4 KiB best for the
 // types read line after line; Q6_K, which reads three regions of each super-block in turn, 8 KiB:
@@ -227,7 +226,6 @@ struct Panel {
 // pairs, session 16: 8 KiB for every type but Q8_0 took Qwen2.5 Q4_K_M (mostly Q5_0, rows of 896)
 // from 65 to 71.5 % of the roofline, ahead in 10 of 10 pairs, and 18 of 18 over two runs; Q8_0 at
 // 8 KiB fell 10 % (Qwen2.5 Q8_0, 0 of 6); TinyLlama Q4_0 ahead in 5 of 8, Q4_K_M level.)
-constexpr int64_t kFetchAhead = 4 << 10;
 template <GgmlType T>
 constexpr int64_t fetch_ahead_bytes() {
   return T == GgmlType::Q8_0 ? 4 << 10 : 8 << 10;
@@ -274,11 +272,11 @@ struct PackedPanel {
 // panel's own), where all of those fetches stay before `stop`. A row panel fetches by panels
 // (gemv_panels): it stays as it is.
 template <class IO>
-NPULLM_HOT const Panel<IO>& fetching_at(const Panel<IO>& p, int64_t, int64_t, int64_t = 0) {
+NPULLM_HOT const Panel<IO>& fetching_at(const Panel<IO>& p, int64_t, int64_t, int64_t) {
   return p;
 }
 template <class IO>
-NPULLM_HOT PackedPanel<IO> fetching_at(const PackedPanel<IO>& p, int64_t o, int64_t bytes, int64_t ahead_by = kFetchAhead) {
+NPULLM_HOT PackedPanel<IO> fetching_at(const PackedPanel<IO>& p, int64_t o, int64_t bytes, int64_t ahead_by) {
   PackedPanel<IO> v = p;
   const int64_t lead = o & 3;
   const uint8_t* first = p.base + ((o - lead) >> 2) * 64;
@@ -294,12 +292,12 @@ NPULLM_HOT PackedPanel<IO> fetching_at(const PackedPanel<IO>& p, int64_t o, int6
 // from it then need no address or bound arithmetic each (a line's own shift, add and compare was
 // half the instructions of the Q4_0 decode loop).
 template <class IO>
-NPULLM_HOT std::pair<const Panel<IO>&, int64_t> unit_at(const Panel<IO>& p, int64_t o, int64_t, int64_t = 0) {
+NPULLM_HOT std::pair<const Panel<IO>&, int64_t> unit_at(const Panel<IO>& p, int64_t o, int64_t, int64_t) {
   return {p, o};
 }
 template <class IO>
 NPULLM_HOT std::pair<PackedPanel<IO>, int64_t> unit_at(const PackedPanel<IO>& p, int64_t o, int64_t bytes,
-                                                      int64_t ahead_by = kFetchAhead) {
+                                                      int64_t ahead_by) {
   PackedPanel<IO> v = fetching_at(p, o, bytes, ahead_by);
   const int64_t lead = o & 3, move = ((o - lead) >> 2) * 64;
   v.base += move;
