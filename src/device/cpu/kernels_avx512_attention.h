@@ -25,10 +25,12 @@ inline constexpr int64_t kAttnTile = 16;           // keys per tile (one vector 
 // K rows are fetched this many tiles ahead while the scores are computed, V rows as far ahead in
 // the first pass over the values, a few lines per key or pair of keys: in bursts (a tile's worth
 // at once) the fetches waited for free fill buffers and held up the arithmetic. Into L2: 1,024
-// keys of TinyLlama's groups from memory take ~147 us on one core this way, 172 us with a burst
+// keys of TinyLlama's groups from memory took ~147 us on one core this way, 172 us with a burst
 // per tile into L1, 254 us with no fetches (~87 us with K/V in cache; bench_kernels
-// AttentionDecodeCold / AttentionDecode).
-inline constexpr int64_t kAttnPrefetchTiles = 2;
+// AttentionDecodeCold / AttentionDecode). Four tiles (8 KiB of a group's K ahead, the distance
+// the weight streams settled on too): 86-88 us cold against 96 at two, 91-94 at eight (Zen 5).
+// Fetching V during the scores as well gained nothing.
+inline constexpr int64_t kAttnPrefetchTiles = 4;
 
 // One key's dot products with the N heads' queries (q is [N, HD]), in attention_heads' order.
 template <int N, int NV>
@@ -42,6 +44,33 @@ inline void attn_key_dots(const float* q, const uint8_t* kr, __m512 (&acc)[N]) {
 #pragma GCC unroll 16
     for (int i = 0; i < NV; ++i) acc[j] = _mm512_fmadd_ps(kv[i], _mm512_loadu_ps(q + j * 16 * NV + 16 * i), acc[j]);
   }
+}
+
+// Two keys' dot products with the N heads' queries (a for kr0, b for kr1): each lane's sum is
+// attn_key_dots' (the same fma chain over the NV vectors), but both keys share each q load and
+// the heads' chains are interleaved, so the fma's latency is covered by independent work.
+template <int N, int NV>
+inline void attn_key_dots2(const float* q, const uint8_t* kr0, const uint8_t* kr1, __m512 (&a)[N], __m512 (&b)[N]) {
+  __m512 ka[NV], kb[NV];
+#pragma GCC unroll 16
+  for (int i = 0; i < NV; ++i) {
+    ka[i] = _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(kr0 + 32 * i)));
+    kb[i] = _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(kr1 + 32 * i)));
+  }
+#pragma GCC unroll 16
+  for (int j = 0; j < N; ++j) {
+    const __m512 qv = _mm512_loadu_ps(q + j * 16 * NV);
+    a[j] = _mm512_fmadd_ps(ka[0], qv, _mm512_setzero_ps());
+    b[j] = _mm512_fmadd_ps(kb[0], qv, _mm512_setzero_ps());
+  }
+#pragma GCC unroll 16
+  for (int i = 1; i < NV; ++i)
+#pragma GCC unroll 16
+    for (int j = 0; j < N; ++j) {
+      const __m512 qv = _mm512_loadu_ps(q + j * 16 * NV + 16 * i);
+      a[j] = _mm512_fmadd_ps(ka[i], qv, a[j]);
+      b[j] = _mm512_fmadd_ps(kb[i], qv, b[j]);
+    }
 }
 
 // hsum's tree for 16 keys at once: vector m of lvl1 (floats 16m ..) holds keys 2m and 2m + 1 after
@@ -185,8 +214,7 @@ void attention_group_f16(const float* q, const uint8_t* k, const uint8_t* v, con
               _mm_prefetch(reinterpret_cast<const char*>(kt + ahead + off), _MM_HINT_T1);
             }
           __m512 a[N], b[N];
-          attn_key_dots<N, NV>(q, kt + 2 * m * stride, a);
-          attn_key_dots<N, NV>(q, kt + (2 * m + 1) * stride, b);
+          attn_key_dots2<N, NV>(q, kt + 2 * m * stride, kt + (2 * m + 1) * stride, a, b);
 #pragma GCC unroll 16
           for (int j = 0; j < N; ++j)  // i + 8: one key per 256-bit half
             _mm512_store_ps(lvl1[j][m], _mm512_add_ps(_mm512_shuffle_f32x4(a[j], b[j], 0x44), _mm512_shuffle_f32x4(a[j], b[j], 0xEE)));
