@@ -1342,6 +1342,31 @@ TEST(Kernels, RopeMatchesReference) {
       }
 }
 
+// rope keeps the last angle tables per thread (every layer rotates by the same angles): a table is
+// reused only when all of theta's inputs match, here one at a time changed between calls at one
+// position, the frequency factors in place at the same address.
+TEST(Kernels, RopeAnglesFollowEveryInput) {
+  const int64_t hd = 64, n_rot = 64;
+  std::vector<float> factors(n_rot / 2, 1.0f);
+  struct Call { float base, scale; bool ff; float bump; int p; };
+  const Call calls[] = {{10000.0f, 1.0f, false, 0, 777}, {500000.0f, 1.0f, false, 0, 777}, {10000.0f, 1.0f, false, 0, 777},
+                        {10000.0f, 0.25f, false, 0, 777}, {10000.0f, 1.0f, true, 0, 777},  {10000.0f, 1.0f, true, 3.0f, 777},
+                        {10000.0f, 1.0f, true, 0, 778},   {10000.0f, 1.0f, false, 0, 778}};
+  for (const Call& c : calls) {
+    for (float& f : factors) f += c.bump;  // same pointer, new values
+    const int32_t at[] = {c.p};
+    const float* ff = c.ff ? factors.data() : nullptr;
+    std::vector<float> x = randn(hd, 91), orig = x;
+    rope(x.data(), at, 1, hd, n_rot, c.base, c.scale, ff, 0, 0, 1);
+    for (int64_t i = 0; i < n_rot / 2; ++i) {
+      const double th = c.p * double(c.scale) * std::pow(double(c.base), -2.0 * i / n_rot) / (ff ? ff[i] : 1.0);
+      const double a = orig[2 * i], b = orig[2 * i + 1];
+      ASSERT_NEAR(x[2 * i], a * std::cos(th) - b * std::sin(th), 1e-5) << "base " << c.base << " scale " << c.scale << " i " << i;
+      ASSERT_NEAR(x[2 * i + 1], a * std::sin(th) + b * std::cos(th), 1e-5) << "base " << c.base << " scale " << c.scale << " i " << i;
+    }
+  }
+}
+
 TEST(Kernels, ScatterRowsWritesF32AndF16) {
   const int64_t R = 5, C = 4;
   const std::vector<float> src = randn(3 * R, 4);
