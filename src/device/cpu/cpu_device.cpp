@@ -107,11 +107,14 @@ int64_t work_of(const TaskDesc& t) {
 constexpr int64_t kParallelWork = 1 << 17;
 
 // Chunks a task is cut into per thread: more let the others take over a held-up thread's share in
-// smaller pieces, but each chunk starts its weight stream afresh (its first fetches wait a full
-// memory latency). Two per thread (was four): Qwen2.5's small matmuls (its q/k/v stage reads
-// ~0.6 MB) went 19-21 -> 17-18 us, tg +3-4 % (Q4_K_M and Q8_0, 6 alternated pairs each, ahead in
-// 5); TinyLlama level (3 of 6); beside a busy process no slower (3 pairs each).
-constexpr int64_t kChunksPerThread = 2;
+// smaller pieces, but each chunk of a decode (a few rows, reading each weight once) starts its
+// weight stream afresh, its first fetches waiting a full memory latency. Two per thread there
+// (was four): Qwen2.5's small matmuls (its q/k/v stage reads ~0.6 MB) went 19-21 -> 17-18 us, tg
+// +3-4 % (Q4_K_M and Q8_0, 6 alternated pairs each, ahead in 5); TinyLlama level (3 of 6); beside
+// a busy process no slower (3 pairs each). Prefill keeps four: its causal attention's later rows
+// cost more, and with two per thread pp512 lost 2 % (3 of 3).
+constexpr int64_t kDecodeRows = 16;
+int64_t chunks_per_thread(const TaskDesc& t) { return t.dim[0] <= kDecodeRows ? 2 : 4; }
 
 // A growable 64-byte-aligned byte buffer (contents are not kept when it grows).
 class AlignedBytes {
@@ -408,7 +411,7 @@ class CpuDevice final : public device::Device {
     for (size_t i = 0; i < n; ++i) {
       const Split s = split_of(tasks[i], pool_.threads());
       const int64_t max_chunks = std::max<int64_t>(1, (s.length + s.grain - 1) / s.grain);
-      chunk_count_[i] = parallel ? std::min<int64_t>(max_chunks, pool_.threads() * kChunksPerThread) : 1;
+      chunk_count_[i] = parallel ? std::min<int64_t>(max_chunks, pool_.threads() * chunks_per_thread(tasks[i])) : 1;
       chunk_start_[i + 1] = chunk_start_[i] + chunk_count_[i];
     }
     pool_.run(chunk_start_[n], [&](int64_t item, int worker) {
