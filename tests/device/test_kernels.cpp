@@ -697,6 +697,37 @@ TEST_P(KernelIsa, F32MatmulMatchesSequentialFloatSum) {
   }
 }
 
+// The K/V scatter's F32 -> F16 conversion (F16C on the vector paths) against the portable one,
+// value by value: rounding ties both ways, the overflow edge (65504 stays, 65520 rounds to inf),
+// subnormals and their ties, NaNs with payloads, zeros of both signs; a row of 61 so the vector
+// paths run their tails.
+TEST_P(KernelIsa, ScatterToF16MatchesPortableConversion) {
+  std::vector<float> vals = {0.0f, -0.0f, 1.0f, -2.5f, 65504.0f, 65519.99f, 65520.0f, -65520.0f, 1e9f,
+                             std::numeric_limits<float>::infinity(), -std::numeric_limits<float>::infinity(),
+                             5.9604645e-08f, 2.9802322e-08f, 2.9802326e-08f, 8.940697e-08f, 6.1035156e-05f,
+                             6.1e-05f, 1e-30f, std::numeric_limits<float>::denorm_min()};
+  for (uint32_t bits : {0x7FC00001u, 0x7F800001u, 0xFFBFE000u, 0x3F801000u, 0x3F803000u, 0x3F800FFFu}) {
+    float f;
+    std::memcpy(&f, &bits, 4);  // NaNs (quiet, signalling, negative with payload), ties at 1 + 2^-11
+    vals.push_back(f);
+  }
+  std::mt19937 rng(7);
+  std::uniform_real_distribution<float> u(-70000.0f, 70000.0f);
+  while (vals.size() < 61 * 3) vals.push_back(vals.size() % 2 ? u(rng) : u(rng) * 1e-6f);
+  const int64_t R = 61, S = static_cast<int64_t>(vals.size()) / R, C = 5;
+  const std::vector<int32_t> idx = {4, 0, 2};
+  std::vector<uint8_t> dst(static_cast<size_t>(C * R * 2), 0xAB);
+  scatter_rows(vals.data(), idx.data(), dst.data(), GgmlType::F16, R, C, 0, S);
+  for (int64_t s = 0; s < S; ++s)
+    for (int64_t j = 0; j < R; ++j) {
+      uint16_t got;
+      std::memcpy(&got, dst.data() + 2 * (idx[s] * R + j), 2);
+      ASSERT_EQ(got, fp32_to_fp16(vals[s * R + j])) << "row " << s << " value " << j << " = " << vals[s * R + j];
+    }
+  for (int64_t row : {1, 3})  // not in idx: untouched
+    for (int64_t j = 0; j < 2 * R; ++j) ASSERT_EQ(dst[static_cast<size_t>(2 * R * row + j)], 0xAB) << "row " << row;
+}
+
 TEST_P(KernelIsa, SwigluMatchesReference) {
   for (int64_t n : {1, 5, 8, 16, 31, 100}) {
     std::vector<float> g = randn(n, 20 + n, 3.0f), u = randn(n, 40 + n);

@@ -309,7 +309,18 @@ void avx2_swiglu(const float* gate, const float* up, float* out, int64_t i0, int
   swiglu_impl<Avx2Ops>(gate, up, out, i0, i1);
 }
 
-constexpr IsaKernels kAvx2{"avx2", avx2_matmul, avx2_quantize_x, avx2_attention, avx2_swiglu};
+void avx2_to_f16(const float* src, uint8_t* dst, int64_t n) {
+  int64_t i = 0;
+  for (; i + 8 <= n; i += 8)
+    _mm_storeu_si128(reinterpret_cast<__m128i*>(dst + 2 * i),
+                     _mm256_cvtps_ph(_mm256_loadu_ps(src + i), _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC));
+  for (; i < n; ++i) {
+    const uint16_t h = static_cast<uint16_t>(_cvtss_sh(src[i], _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC));
+    std::memcpy(dst + 2 * i, &h, 2);
+  }
+}
+
+constexpr IsaKernels kAvx2{"avx2", avx2_matmul, avx2_quantize_x, avx2_attention, avx2_swiglu, avx2_to_f16};
 
 }  // namespace
 

@@ -142,7 +142,19 @@ void avx512_swiglu(const float* gate, const float* up, float* out, int64_t i0, i
   swiglu_impl<Avx512Ops>(gate, up, out, i0, i1);
 }
 
-constexpr IsaKernels kAvx512{"avx512", avx512_matmul, avx512_quantize_x, avx512_attention, avx512_swiglu};
+void avx512_to_f16(const float* src, uint8_t* dst, int64_t n) {
+  int64_t i = 0;
+  for (; i + 16 <= n; i += 16)
+    _mm256_storeu_si256(reinterpret_cast<__m256i*>(dst + 2 * i),
+                        _mm512_cvtps_ph(_mm512_loadu_ps(src + i), _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC));
+  if (i < n) {
+    const __mmask16 m = static_cast<__mmask16>((1u << (n - i)) - 1u);
+    const __m256i h = _mm512_cvtps_ph(_mm512_maskz_loadu_ps(m, src + i), _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+    _mm256_mask_storeu_epi16(dst + 2 * i, m, h);  // AVX512BW+VL
+  }
+}
+
+constexpr IsaKernels kAvx512{"avx512", avx512_matmul, avx512_quantize_x, avx512_attention, avx512_swiglu, avx512_to_f16};
 
 }  // namespace
 

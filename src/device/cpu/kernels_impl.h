@@ -53,6 +53,9 @@ struct IsaKernels {
                     const float* mask, float* out, int64_t H, int64_t Hkv, int64_t hd, int64_t C,
                     int64_t rot, float scale, int64_t r0, int64_t r1, float* work);
   void (*swiglu)(const float* gate, const float* up, float* out, int64_t i0, int64_t i1);
+  // dst[i] = fp32_to_fp16(src[i]) for i < n: the K/V scatter's conversion (F16C where the ISA has
+  // it: round to nearest even, NaNs kept quiet with their top payload bits, the same bits).
+  void (*to_f16)(const float* src, uint8_t* dst, int64_t n);
 };
 
 const IsaKernels& scalar_kernels();  // kernels.cpp
