@@ -20,7 +20,8 @@ namespace {
 // loop's shape changes what a core streams (this Xeon, 1 GiB on huge pages, one thread): one
 // 64-byte load per iteration 17.6-18.2 GB/s, the same with a fetch 16 KiB ahead 20.2, two to four
 // independent loads per iteration 15.6-15.9 (bench/RESULTS.md, session 9). The roofline is the
-// best the memory does, so the AVX-512 path runs both fast shapes and keeps the better.
+// best the memory does, so the AVX-512 path runs the fast shapes (and the decode's, below) and keeps
+// the best.
 __attribute__((target("avx512f"))) uint64_t fold(__m512i v) {
   alignas(64) uint64_t lanes[8];
   _mm512_store_si512(lanes, v);
@@ -39,6 +40,22 @@ __attribute__((target("avx512f"))) uint64_t read_avx512_fetching(const uint8_t* 
   size_t i = 0;
   for (; i + kAhead + 64 <= n; i += 64) {
     _mm_prefetch(reinterpret_cast<const char*>(p + i + kAhead), _MM_HINT_T1);
+    acc = _mm512_add_epi64(acc, _mm512_load_si512(p + i));
+  }
+  for (; i + 64 <= n; i += 64) acc = _mm512_add_epi64(acc, _mm512_load_si512(p + i));
+  return fold(acc);
+}
+
+// The decode kernels' own way (kernels_int8.h, PackedPanel): each line's load fetches the line
+// 8 KiB on, non-temporally (on Zen 5 into L1 without a place in L2). With only the two loops above,
+// decode measured above the roofline (TinyLlama Q4_0 at 105-113 % on the Zen 5 of session 18): the
+// probe then under-reported what the memory does, so it runs this one too and keeps the best.
+__attribute__((target("avx512f"))) uint64_t read_avx512_fetching_nta(const uint8_t* p, size_t n) {
+  constexpr size_t kAhead = 8 << 10;
+  __m512i acc = _mm512_setzero_si512();
+  size_t i = 0;
+  for (; i + kAhead + 64 <= n; i += 64) {
+    _mm_prefetch(reinterpret_cast<const char*>(p + i + kAhead), _MM_HINT_NTA);
     acc = _mm512_add_epi64(acc, _mm512_load_si512(p + i));
   }
   for (; i + 64 <= n; i += 64) acc = _mm512_add_epi64(acc, _mm512_load_si512(p + i));
@@ -89,7 +106,7 @@ double ReadBandwidthProbe::measure() {
   const uint8_t* buf = mem_.data();
   using Reader = uint64_t (*)(const uint8_t*, size_t);
   std::vector<Reader> readers;
-  if (__builtin_cpu_supports("avx512f")) readers = {read_avx512, read_avx512_fetching};
+  if (__builtin_cpu_supports("avx512f")) readers = {read_avx512, read_avx512_fetching, read_avx512_fetching_nta};
   else readers = {__builtin_cpu_supports("avx2") ? read_avx2 : read_scalar};
   const size_t per = bytes_ / static_cast<size_t>(threads_);
   double best = 0.0;
