@@ -241,9 +241,16 @@ bool cpu_has_vbmi2() {
   }();
   return has;
 }
-// (asked by the AMX matmul on every decode call: the choice is made once)
+// (asked by the AMX matmul on every decode call: the choice is made once). Where the decode's
+// weight fetches go is the one choice by vendor: non-temporally on AMD, into L2 elsewhere
+// (kernels_int8.h, PackedPanel). CPUs with AVX-512 VNNI but no VBMI2 are Intel's (Cascade and
+// Cooper Lake), so the build without VBMI2 needs no such twin.
 const IsaKernels& avx512_best_kernels() {
-  static const IsaKernels& best = cpu_has_vbmi2() ? avx512_vbmi2_kernels() : avx512_kernels();
+  static const IsaKernels& best = [&]() -> const IsaKernels& {
+    if (!cpu_has_vbmi2()) return avx512_kernels();
+    __builtin_cpu_init();
+    return __builtin_cpu_is("amd") ? avx512_vbmi2_nta_kernels() : avx512_vbmi2_kernels();
+  }();
   return best;
 }
 #endif
@@ -321,7 +328,7 @@ int level_of(std::string_view name) {
 const IsaKernels& kernels_for(int level) {
 #if defined(__x86_64__) || defined(__i386__)
   if (level == 4) return *detail::amx_kernels();
-  if (level == 3) return detail::avx512_vbmi2_kernels();
+  if (level == 3) return detail::avx512_best_kernels();
   if (level == 2) return detail::avx512_kernels();
   if (level == 1) return detail::avx2_kernels();
 #endif

@@ -62,7 +62,9 @@ const IsaKernels& scalar_kernels();  // kernels.cpp
 const IsaKernels& avx2_kernels();    // kernels_avx2.cpp
 const IsaKernels& avx512_kernels();  // kernels_avx512.cpp
 const IsaKernels& avx512_vbmi2_kernels();  // kernels_avx512vbmi2.cpp: the same with VBMI2, BITALG (same bits)
-// The AVX-512 build this CPU runs best (kernels.cpp): the VBMI2 one where the CPU has VBMI2 and BITALG.
+const IsaKernels& avx512_vbmi2_nta_kernels();  // kernels_avx512vbmi2_nta.cpp: that, fetching non-temporally
+// The AVX-512 build this CPU runs best (kernels.cpp): the VBMI2 one where the CPU has VBMI2 and
+// BITALG, its non-temporal-fetch twin on AMD CPUs.
 bool cpu_has_vbmi2();
 const IsaKernels& avx512_best_kernels();
 // kernels_amx.cpp: the AVX-512 kernels with an AMX prefill matmul; null when the compiler could not

@@ -226,6 +226,12 @@ struct Panel {
 // pairs, session 16: 8 KiB for every type but Q8_0 took Qwen2.5 Q4_K_M (mostly Q5_0, rows of 896)
 // from 65 to 71.5 % of the roofline, ahead in 10 of 10 pairs, and 18 of 18 over two runs; Q8_0 at
 // 8 KiB fell 10 % (Qwen2.5 Q8_0, 0 of 6); TinyLlama Q4_0 ahead in 5 of 8, Q4_K_M level.)
+#ifdef NPULLM_DECODE_FETCH_NTA
+inline constexpr int kDecodeFetchLocality = 0;  // prefetchnta
+#else
+inline constexpr int kDecodeFetchLocality = 2;  // prefetcht1
+#endif
+
 template <GgmlType T>
 constexpr int64_t fetch_ahead_bytes() {
   return T == GgmlType::Q8_0 ? 4 << 10 : 8 << 10;
@@ -246,13 +252,17 @@ struct PackedPanel {
   const uint8_t* base;
   int valid;
   // Decode (gemv_panels): every load also fetches the line fetch_ahead_bytes<T>()
-  // bytes further on, while below `stop` (the end of the matrix; null: no fetching). The fetch is
-  // non-temporal (prefetchnta, ld): a weight line is read once per token, and on Zen 5 a line so
-  // fetched goes to L1 without a place in L2, so it is not then pushed out to L3 (a victim cache
-  // there) for nothing. Against fetches into L2, whole model, 2 threads, the two alternated:
-  // TinyLlama Q4_0 78.5 -> 87 % of the roofline (medians of 10 pairs, ahead in every pair), Q4_K_M
-  // ahead in 8 of 10, Qwen2.5 Q4_K_M (mostly Q5_0) 5 of 10 (77.5 against 80.5 %); into L1 and
-  // L2 (prefetcht0) no better than into L2 (bench/RESULTS.md, session 15). A
+  // bytes further on, while below `stop` (the end of the matrix; null: no fetching). Into L2
+  // (prefetcht1), or non-temporally (prefetchnta) in the build for AMD CPUs
+  // (NPULLM_DECODE_FETCH_NTA, kernels_avx512vbmi2_nta.cpp). A weight line is read once per token,
+  // and on Zen 5 a line fetched non-temporally goes to L1 without a place in L2, so it is not then
+  // pushed out to L3 (a victim cache there) for nothing. Against fetches into L2, whole model, 2
+  // threads, the two alternated: TinyLlama Q4_0 78.5 -> 87 % of the roofline (medians of 10 pairs,
+  // ahead in every pair), Q4_K_M ahead in 8 of 10, Qwen2.5 Q4_K_M (mostly Q5_0) 5 of 10 (77.5
+  // against 80.5 %); into L1 and L2 (prefetcht0) no better than into L2 (bench/RESULTS.md, session
+  // 15). On a Sapphire Rapids-class Xeon the non-temporal fetch halves the stream instead
+  // (DecodePanels 2048 x 5632, 2 threads: Q4_0 12.1 GB/s against 26.4 into L2, Q8_0 13.0 / 27.0,
+  // Q4_K 12.5 / 25.8, the plain read loop 31-33; session 19), so Intel CPUs fetch into L2. A
   // packed panel is one linear run, and on this kind of CPU such a run streams at the memory's
   // rate only when it is read one line at a time, each load with its own fetch, interleaved with
   // the work on it (hence also the kernel files' -fno-schedule-insns2, CMakeLists.txt): a synthetic
@@ -331,14 +341,14 @@ NPULLM_HOT void ld(const PackedPanel<IO>& p, int64_t off, typename IO::VI* out) 
   if ((off & 3) == 0) {
     NPULLM_UNROLL_I8
     for (int g = 0; g < C; ++g) {
-      __builtin_prefetch(f + 64 * g, 0, 0);
+      __builtin_prefetch(f + 64 * g, 0, kDecodeFetchLocality);
       out[g] = IO::loadp(b + 64 * g);
     }
   } else {
     VI prev = IO::loadp(b);  // (fetched as the last line of the piece before)
     NPULLM_UNROLL_I8
     for (int g = 0; g < C; ++g) {
-      __builtin_prefetch(f + 64 * (g + 1), 0, 0);
+      __builtin_prefetch(f + 64 * (g + 1), 0, kDecodeFetchLocality);
       const VI nx = IO::loadp(b + 64 * (g + 1));
       out[g] = mid16<IO>(prev, nx);
       prev = nx;
