@@ -246,7 +246,7 @@ bool cpu_has_vbmi2() {
 // (kernels_int8.h, PackedPanel). CPUs with AVX-512 VNNI but no VBMI2 are Intel's (Cascade and
 // Cooper Lake), so the build without VBMI2 needs no such twin.
 const IsaKernels& avx512_best_kernels() {
-  static const IsaKernels& best = [&]() -> const IsaKernels& {
+  static const IsaKernels& best = []() -> const IsaKernels& {
     if (!cpu_has_vbmi2()) return avx512_kernels();
     __builtin_cpu_init();
     return __builtin_cpu_is("amd") ? avx512_vbmi2_nta_kernels() : avx512_vbmi2_kernels();
