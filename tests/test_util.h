@@ -247,10 +247,26 @@ struct Proc {
   std::string out, err;
 };
 
+// A folder of this test process's own in the system's temp folder, made on first use and removed,
+// with everything in it, when the process exits: a run of the suite leaves nothing behind. (Only
+// by the process that made it: a forked child that exits must not take its parent's files.)
+inline const std::filesystem::path& scratch_dir() {
+  struct Scratch {
+    pid_t owner = ::getpid();
+    std::filesystem::path path = std::filesystem::temp_directory_path() / ("npullm-test-" + std::to_string(owner));
+    Scratch() { std::filesystem::create_directories(path); }
+    ~Scratch() {
+      std::error_code ec;
+      if (::getpid() == owner) std::filesystem::remove_all(path, ec);
+    }
+  };
+  static const Scratch s;
+  return s.path;
+}
+
 // Runs a shell command line, capturing stdout and stderr.
 inline Proc run_shell(const std::string& cmd) {
-  const std::filesystem::path dir =
-      std::filesystem::temp_directory_path() / ("npullm-cli-" + std::to_string(::getpid()));
+  const std::filesystem::path dir = scratch_dir() / "shell";
   std::filesystem::create_directories(dir);
   const std::string o = (dir / "out").string(), e = (dir / "err").string();
   const int status = std::system((cmd + " >" + o + " 2>" + e).c_str());

@@ -22,7 +22,7 @@ constexpr const char* kReference = "models/llama2c/stories260K.greedy-reference.
 using test::Proc;
 
 fs::path fresh_dir(const std::string& name) {
-  fs::path d = fs::temp_directory_path() / ("npullm-test-" + name + "-" + std::to_string(::getpid()));
+  fs::path d = test::scratch_dir() / name;
   fs::remove_all(d);
   fs::create_directories(d);
   return d;

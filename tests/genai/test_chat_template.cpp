@@ -391,7 +391,7 @@ using CliResult = test::Proc;
 CliResult run_cli(const std::string& args) { return test::run_npullm("chat-template " + args); }
 
 std::string write_temp(const std::string& name, const std::string& text) {
-  const std::filesystem::path p = std::filesystem::temp_directory_path() / (std::to_string(::getpid()) + "-" + name);
+  const std::filesystem::path p = test::scratch_dir() / name;
   std::ofstream(p, std::ios::binary) << text;
   return p.string();
 }

@@ -140,7 +140,7 @@ const std::string& reference_text(const std::string& model) {
 }
 
 fs::path fresh_dir(const std::string& name) {
-  const fs::path d = fs::temp_directory_path() / ("npullm-cache-faults-" + std::to_string(::getpid())) / name;
+  const fs::path d = test::scratch_dir() / "cache-faults" / name;
   fs::remove_all(d);
   fs::create_directories(d.parent_path());
   return d;
