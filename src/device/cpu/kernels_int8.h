@@ -269,7 +269,9 @@ struct PackedPanel {
   // loop of 4 VNNI steps per line, 2 threads, streamed 40.6 GB/s so and 27.6 when it loaded 8
   // lines in a burst before working on them. So the decode loads each line where it is used
   // (gemv_octet's need, gemv_unit_k4, gemv_unit_q6k) rather than 8 at a time; with bursts of
-  // fetches per block as well (the scheme before), the same kernels streamed 20 % slower.
+  // fetches per block as well (the scheme before), the same kernels streamed 20 % slower. Where
+  // loads still come a block's lines at a time (gemv_octet: Q8_0, Q4_0, Q4_1), the AVX-512 build
+  // that fetches into L2 spreads those units' fetches over their work instead (paced_fetch).
   const uint8_t* stop = nullptr;
   // Where ld fetches: the line that far on from the one it loads (fetch = base + the distance),
   // or that line itself where nothing is fetched (fetch = base): ld stays free of
@@ -333,7 +335,8 @@ NPULLM_HOT void ld(const Panel<IO>& p, int64_t off, typename IO::VI* out) {
   else if constexpr (C == 8) IO::tload8(p.rows, off, out);
   else out[0] = IO::gather32(p, off);
 }
-template <int C, class IO>
+// kFetch false: the caller fetches the unit's lines itself (paced_fetch).
+template <int C, class IO, bool kFetch = true>
 NPULLM_HOT void ld(const PackedPanel<IO>& p, int64_t off, typename IO::VI* out) {
   using VI = typename IO::VI;
   const uint8_t* b = p.base + (off >> 2) * 64;
@@ -341,14 +344,14 @@ NPULLM_HOT void ld(const PackedPanel<IO>& p, int64_t off, typename IO::VI* out) 
   if ((off & 3) == 0) {
     NPULLM_UNROLL_I8
     for (int g = 0; g < C; ++g) {
-      __builtin_prefetch(f + 64 * g, 0, kDecodeFetchLocality);
+      if constexpr (kFetch) __builtin_prefetch(f + 64 * g, 0, kDecodeFetchLocality);
       out[g] = IO::loadp(b + 64 * g);
     }
   } else {
     VI prev = IO::loadp(b);  // (fetched as the last line of the piece before)
     NPULLM_UNROLL_I8
     for (int g = 0; g < C; ++g) {
-      __builtin_prefetch(f + 64 * (g + 1), 0, kDecodeFetchLocality);
+      if constexpr (kFetch) __builtin_prefetch(f + 64 * (g + 1), 0, kDecodeFetchLocality);
       const VI nx = IO::loadp(b + 64 * (g + 1));
       out[g] = mid16<IO>(prev, nx);
       prev = nx;
@@ -969,6 +972,24 @@ NPULLM_HOT void gemv_unit_q6k(const PN& p, int64_t u, const XQ& x, typename IO::
     facc[m][0] = IO::fmaf(IO::cvt(isc[m]), IO::mulf(IO::bcastf(x.d[m * x.ldd + u]), d), facc[m][0]);
 }
 
+// Paced fetches (a packed unit of L lines whose work is S steps, AVX-512 fetching into L2): step k
+// fetches lines [k L / S, (k + 1) L / S) of the unit, from `fetch` (its fetch base, unit_at), so the
+// fetches are spread evenly over the unit's arithmetic instead of each riding with its load, which
+// comes in bursts of a block's lines. On a Sapphire Rapids-class Xeon, DecodePanels 2048 x 5632, 2
+// threads, two alternations: Q4_0 26.7, 27.3 -> 27.5, 28.7 GB/s, Q8_0 26.9, 27.2 -> 28.7, 28.9;
+// whole model, 4 alternated pairs each: TinyLlama Q4_0 +4.0 to +6.0 %, TinyLlama Q8_0 +3.1 to +7.9 %,
+// Qwen2.5 Q8_0 +2.5 to +5.7 % (bench/RESULTS.md, session 20). The same bits. The non-temporal (AMD)
+// build and AVX2 keep the fetch with each load: not measured paced.
+template <class IO>
+constexpr bool paces_fetch() {
+  return IO::R == 16 && kDecodeFetchLocality != 0;
+}
+template <int L, int S>
+NPULLM_HOT void paced_fetch(const uint8_t* fetch, int k) {
+  NPULLM_UNROLL_I8
+  for (int l = k * L / S; l < (k + 1) * L / S; ++l) __builtin_prefetch(fetch + 64 * l, 0, kDecodeFetchLocality);
+}
+
 // ---- decode of the 32-element types, 8 blocks at a time -------------------------------------------
 //
 // For M <= kGemvMaxM, 8 consecutive blocks of a row (144 bytes for Q4_0 ... 272 for Q8_0, always a
@@ -1002,9 +1023,11 @@ constexpr bool has_hi_nibble_dot() {
   return IO::kVnni && requires(typename IO::VI v) { IO::srai(v, 4); };
 }
 
+// fetch: null, or the octet's fetch base, which block `blk` of it paces over its 8 dot steps.
 template <class IO, GgmlType T, int TM>
 NPULLM_HOT void tile_nibbles(const typename IO::VI* q4, typename IO::VI dm, const XQ& x, int64_t u,
-                             typename IO::VF (&facc)[TM][1]) {
+                             typename IO::VF (&facc)[TM][1], const uint8_t* fetch = nullptr, int blk = 0) {
+  constexpr int kLines = static_cast<int>(8 * (T == GgmlType::Q4_0 ? 18 : 20) / 4);  // an octet's lines
   using VI = typename IO::VI;
   using VF = typename IO::VF;
   VI lo[4], hi[4];
@@ -1021,7 +1044,9 @@ NPULLM_HOT void tile_nibbles(const typename IO::VI* q4, typename IO::VI dm, cons
     VI b = IO::zero();
     NPULLM_UNROLL_I8
     for (int g = 0; g < 4; ++g) {
+      if (fetch && m == 0) paced_fetch<kLines, 64>(fetch, 8 * blk + 2 * g);
       a = IO::dot_u8(a, lo[g], IO::bcast32(xr + 4 * g));
+      if (fetch && m == 0) paced_fetch<kLines, 64>(fetch, 8 * blk + 2 * g + 1);
       b = IO::dot_u8(b, hi[g], IO::bcast32(xr + 16 + 4 * g));
     }
     const VI ia = IO::add(a, IO::srai(b, 4));
@@ -1041,12 +1066,18 @@ NPULLM_HOT void gemv_octet(const PN& p, int64_t u0, const XQ& x, typename IO::VF
   const auto uv = unit_at(p, (u0 >> 3) * total, total, fetch_ahead_bytes<T>());  // (u0 is a multiple of 8)
   const auto& pp = uv.first;
   const int64_t o = uv.second;
+  constexpr bool nibbles = (T == GgmlType::Q4_0 || T == GgmlType::Q4_1) && has_hi_nibble_dot<IO>();
+  // Q8_0 and the nibble types pace the octet's fetches over its work (paced_fetch); their octets
+  // are dword-aligned (o is 0), so the unit's lines start at pp.fetch.
+  constexpr bool paced = is_packed<PN>() && paces_fetch<IO>() && (T == GgmlType::Q8_0 || nibbles);
+  const uint8_t* pace_from = nullptr;
+  if constexpr (paced) pace_from = pp.fetch;
   VI D[total / 4];
   int loaded = 0;  // dwords of D loaded so far
   auto need = [&](int64_t upto_dword) {  // makes D[0 .. upto_dword] available
     while (loaded <= upto_dword) {
       if constexpr (is_packed<PN>()) {  // a line at a time (PackedPanel)
-        ld<1>(pp, o + 4 * loaded, D + loaded);
+        ld<1, IO, !paced>(pp, o + 4 * loaded, D + loaded);
         loaded += 1;
       } else if (loaded / 8 < n32) {
         ld<8>(pp, o + 4 * loaded, D + loaded);
@@ -1069,6 +1100,7 @@ NPULLM_HOT void gemv_octet(const PN& p, int64_t u0, const XQ& x, typename IO::VF
       NPULLM_UNROLL_I8
       for (int g = 0; g < 8; ++g) {
         const VI w = field32<IO>(D, f + 2 + 4 * g);
+        if constexpr (paced) paced_fetch<static_cast<int>(total / 4), 64>(pace_from, 8 * b + g);
         dec[g] = IO::kVnni ? IO::xor_(w, static_cast<int32_t>(0x80808080u)) : w;
       }
       decf[8] = IO::f16lo(dm);
@@ -1081,8 +1113,9 @@ NPULLM_HOT void gemv_octet(const PN& p, int64_t u0, const XQ& x, typename IO::VF
       NPULLM_UNROLL_I8
       for (int g = 0; g < 4; ++g) q4[g] = field32<IO>(D, f + qs + 4 * g);
       constexpr bool five = T == GgmlType::Q5_0 || T == GgmlType::Q5_1;
-      if constexpr (!five && has_hi_nibble_dot<IO>()) {
-        tile_nibbles<IO, T, TM>(q4, dm, x, u0 + b, facc);  // (Q4_1: f is dword-aligned, dm holds d | m)
+      if constexpr (nibbles) {
+        // (Q4_1: f is dword-aligned, dm holds d | m)
+        tile_nibbles<IO, T, TM>(q4, dm, x, u0 + b, facc, pace_from, b);
         continue;
       }
       const VI qh = five ? field32<IO>(D, f + (T == GgmlType::Q5_0 ? 2 : 4)) : IO::zero();
