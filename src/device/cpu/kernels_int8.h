@@ -1023,11 +1023,12 @@ constexpr bool has_hi_nibble_dot() {
   return IO::kVnni && requires(typename IO::VI v) { IO::srai(v, 4); };
 }
 
-// fetch: null, or the octet's fetch base, which block `blk` of it paces over its 8 dot steps.
-template <class IO, GgmlType T, int TM>
+// kPaced: block `blk` of an octet whose fetch base is `fetch` paces the octet's fetches over its 8
+// dot steps (paced_fetch).
+template <class IO, GgmlType T, int TM, bool kPaced = false>
 NPULLM_HOT void tile_nibbles(const typename IO::VI* q4, typename IO::VI dm, const XQ& x, int64_t u,
                              typename IO::VF (&facc)[TM][1], const uint8_t* fetch = nullptr, int blk = 0) {
-  constexpr int kLines = static_cast<int>(8 * (T == GgmlType::Q4_0 ? 18 : 20) / 4);  // an octet's lines
+  constexpr int kLines = static_cast<int>(8 * block_bytes<T>() / 4);  // an octet's lines
   using VI = typename IO::VI;
   using VF = typename IO::VF;
   VI lo[4], hi[4];
@@ -1044,9 +1045,9 @@ NPULLM_HOT void tile_nibbles(const typename IO::VI* q4, typename IO::VI dm, cons
     VI b = IO::zero();
     NPULLM_UNROLL_I8
     for (int g = 0; g < 4; ++g) {
-      if (fetch && m == 0) paced_fetch<kLines, 64>(fetch, 8 * blk + 2 * g);
+      if (kPaced && m == 0) paced_fetch<kLines, 64>(fetch, 8 * blk + 2 * g);
       a = IO::dot_u8(a, lo[g], IO::bcast32(xr + 4 * g));
-      if (fetch && m == 0) paced_fetch<kLines, 64>(fetch, 8 * blk + 2 * g + 1);
+      if (kPaced && m == 0) paced_fetch<kLines, 64>(fetch, 8 * blk + 2 * g + 1);
       b = IO::dot_u8(b, hi[g], IO::bcast32(xr + 16 + 4 * g));
     }
     const VI ia = IO::add(a, IO::srai(b, 4));
@@ -1115,7 +1116,7 @@ NPULLM_HOT void gemv_octet(const PN& p, int64_t u0, const XQ& x, typename IO::VF
       constexpr bool five = T == GgmlType::Q5_0 || T == GgmlType::Q5_1;
       if constexpr (nibbles) {
         // (Q4_1: f is dword-aligned, dm holds d | m)
-        tile_nibbles<IO, T, TM>(q4, dm, x, u0 + b, facc, pace_from, b);
+        tile_nibbles<IO, T, TM, paced>(q4, dm, x, u0 + b, facc, pace_from, b);
         continue;
       }
       const VI qh = five ? field32<IO>(D, f + (T == GgmlType::Q5_0 ? 2 : 4)) : IO::zero();
