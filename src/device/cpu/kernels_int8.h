@@ -269,9 +269,9 @@ struct PackedPanel {
   // loop of 4 VNNI steps per line, 2 threads, streamed 40.6 GB/s so and 27.6 when it loaded 8
   // lines in a burst before working on them. So the decode loads each line where it is used
   // (gemv_octet's need, gemv_unit_k4, gemv_unit_q6k) rather than 8 at a time; with bursts of
-  // fetches per block as well (the scheme before), the same kernels streamed 20 % slower. Where
-  // loads still come a block's lines at a time (gemv_octet: Q8_0, Q4_0, Q4_1), the AVX-512 build
-  // that fetches into L2 spreads those units' fetches over their work instead (paced_fetch).
+  // fetches per block as well (the scheme before), the same kernels streamed 20 % slower. The
+  // AVX-512 build that fetches into L2 goes further and spreads each unit's fetches evenly over
+  // its work, apart from the loads (paced_fetch).
   const uint8_t* stop = nullptr;
   // Where ld fetches: the line that far on from the one it loads (fetch = base + the distance),
   // or that line itself where nothing is fetched (fetch = base): ld stays free of
@@ -329,7 +329,7 @@ inline void make_panel(const uint8_t* W, size_t row_bytes, int64_t n, int64_t n_
 // dword g of row r in lane r of out[g] (ld<4>, ld<8>: IO::tload4 / tload8; ld<1>: IO::gather32).
 // A packed panel gives each vector with one load; a field 2 bytes into a dword (the odd blocks of
 // the 2-byte-aligned types) is rebuilt from two, as mid_dword does.
-template <int C, class IO>
+template <int C, class IO, bool = true>  // (a row panel fetches by panels: gemv_panels)
 NPULLM_HOT void ld(const Panel<IO>& p, int64_t off, typename IO::VI* out) {
   if constexpr (C == 4) IO::tload4(p.rows, off, out);
   else if constexpr (C == 8) IO::tload8(p.rows, off, out);
@@ -358,10 +358,10 @@ NPULLM_HOT void ld(const PackedPanel<IO>& p, int64_t off, typename IO::VI* out) 
     }
   }
 }
-template <class IO, class PN>
+template <class IO, bool kFetch = true, class PN>
 NPULLM_HOT typename IO::VI ld1(const PN& p, int64_t off) {
   typename IO::VI v;
-  ld<1>(p, off, &v);
+  ld<1, IO, kFetch>(p, off, &v);
   return v;
 }
 template <class PN>
@@ -593,6 +593,29 @@ NPULLM_HOT void decode_units(const PN& p, int64_t u, int n, typename IO::VI* dec
   for (int i = 0; i < n; ++i) decode_unit<IO, T>(p, u + i, dec + i * V);
 }
 
+// Paced fetches (a packed unit of L lines whose work is S steps, AVX-512 fetching into L2): step k
+// fetches lines [k L / S, (k + 1) L / S) of the unit, from `fetch` (its fetch base, unit_at), so the
+// fetches are spread evenly over the unit's work instead of each riding with its load, which comes
+// in bursts of a block's (or a step's) lines. The finer the better: about a line per step, S >= L
+// where the loop has the steps (the 5-bit octets: 2 steps a block, then 8, 23.1 -> 25.6 -> 26.1
+// GB/s). Every packed decode unit paces: gemv_octet (Q8_0, Q4_0 / Q4_1 in tile_nibbles, Q5_0 /
+// Q5_1 in the decode and tile_unit), gemv_unit_k4, gemv_unit_q6k. On a Sapphire Rapids-class
+// Xeon, DecodePanels 2048 x 5632, 2 threads, alternated runs: Q4_0 26.7, 27.3 -> 27.5, 28.7 GB/s,
+// Q8_0 26.9, 27.2 -> 28.7, 28.9 (session 20); Q5_0 23.1 -> 26.1, Q5_1 23.1 -> 26.1, Q6_K 26.4 ->
+// 27.8, Q4_K level (25.1; session 21). Whole model, 4 alternated pairs each, ahead in all: TinyLlama
+// Q4_0 +4.0 to +6.0 %, Q8_0 +3.1 to +7.9 %, Qwen2.5 Q8_0 +2.5 to +5.7 % (session 20); Qwen2.5
+// Q4_K_M +7.0 % (median), TinyLlama Q4_K_M +4.9 % (session 21; bench/RESULTS.md). The same bits.
+// The non-temporal (AMD) build and AVX2 keep the fetch with each load: not measured paced.
+template <class IO>
+constexpr bool paces_fetch() {
+  return IO::R == 16 && kDecodeFetchLocality != 0;
+}
+template <int L, int S>
+NPULLM_HOT void paced_fetch(const uint8_t* fetch, int k) {
+  NPULLM_UNROLL_I8
+  for (int l = k * L / S; l < (k + 1) * L / S; ++l) __builtin_prefetch(fetch + 64 * l, 0, kDecodeFetchLocality);
+}
+
 // ---- per-type tile: one unit, TM rows of x (from xm) by P decoded panels -----------------------
 //
 // facc[m][p] is the float chain of x row xm + m against the R rows of panel p (see Numerics).
@@ -601,9 +624,11 @@ NPULLM_HOT void decode_units(const PN& p, int64_t u, int n, typename IO::VI* dec
 // accumulators are independent chains (latency hidden); each weight vector is used TM times and
 // each broadcast P times. Once per block (or sub-block) the int sums are scaled into facc.
 
-template <class IO, GgmlType T, int TM, int P>
+// kPaceL > 0 (the 5-bit types' octets, P = 1): block `blk` of an octet of kPaceL lines whose fetch
+// base is `fetch` takes steps 6 and 7 of the block's 8 (gemv_octet paces the others; paced_fetch).
+template <class IO, GgmlType T, int TM, int P, int kPaceL = 0>
 NPULLM_HOT void tile_unit(const typename IO::VI* const* dec, const XQ& x, int64_t xm, int64_t u,
-                      typename IO::VF (&facc)[TM][P]) {
+                      typename IO::VF (&facc)[TM][P], const uint8_t* fetch = nullptr, int blk = 0) {
   using VI = typename IO::VI;
   using VF = typename IO::VF;
   // Q8_0 without VNNI keeps the weight bytes signed (no offset): see IO::dot_s8.
@@ -637,6 +662,7 @@ NPULLM_HOT void tile_unit(const typename IO::VI* const* dec, const XQ& x, int64_
     } else {  // weight bytes <= 31: four groups per step
       NPULLM_UNROLL_I8
       for (int g = 0; g < 8; g += 4) {
+        if constexpr (kPaceL > 0) paced_fetch<kPaceL, 64>(fetch, 8 * blk + 6 + g / 4);
         NPULLM_UNROLL_I8
         for (int m = 0; m < TM; ++m) {
           const int8_t* xr = x.q + (xm + m) * x.ldq + 32 * u + 4 * g;
@@ -812,9 +838,15 @@ NPULLM_HOT void gemv_unit_k4(const PN& p, int64_t u, const XQ& x, typename IO::V
   const auto uv = unit_at(p, u * (five ? 176 : 144), five ? 176 : 144, fetch_ahead_bytes<T>());
   const auto& pp = uv.first;
   const int64_t o = uv.second;
+  // Paced fetches (paced_fetch): the unit's 36 (Q5_K: 44) lines over 48 steps, 6 per 4 dwords of
+  // a chunk (their 4 decodes and 2 dots); o is 0.
+  constexpr bool paced = is_packed<PN>() && paces_fetch<IO>();
+  constexpr int kLines = (five ? 176 : 144) * 16 / 64;
+  const uint8_t* pace_from = nullptr;
+  if constexpr (paced) pace_from = pp.fetch;
   VI hdr[4], qh[8];
-  ld<4>(pp, o, hdr);
-  if constexpr (five) ld<8>(pp, o + 16, qh);
+  ld<4, IO, !paced>(pp, o, hdr);
+  if constexpr (five) ld<8, IO, !paced>(pp, o + 16, qh);
   VI isc[TM];
   NPULLM_UNROLL_I8
   for (int m = 0; m < TM; ++m) isc[m] = IO::zero();
@@ -832,7 +864,8 @@ NPULLM_HOT void gemv_unit_k4(const PN& p, int64_t u, const XQ& x, typename IO::V
       VI lo[4], hi[4];
       NPULLM_UNROLL_I8
       for (int i = 0; i < 4; ++i) {
-        const VI tv = is_packed<PN>() ? ld1<IO>(pp, qo + 4 * (g + i)) : t[g + i];
+        const VI tv = is_packed<PN>() ? ld1<IO, !paced>(pp, qo + 4 * (g + i)) : t[g + i];
+        if constexpr (paced) paced_fetch<kLines, 48>(pace_from, 6 * (2 * c + g / 4) + i);
         lo[i] = IO::and_(tv, 0x0F0F0F0F);
         hi[i] = IO::and_(IO::srli(tv, 4), 0x0F0F0F0F);
         if constexpr (five) {
@@ -847,7 +880,9 @@ NPULLM_HOT void gemv_unit_k4(const PN& p, int64_t u, const XQ& x, typename IO::V
         const int8_t* xm = x.q + m * x.ldq + 256 * u + 64 * c + 4 * g;
         const VI x0[4] = {IO::bcast32(xm), IO::bcast32(xm + 4), IO::bcast32(xm + 8), IO::bcast32(xm + 12)};
         const VI x1[4] = {IO::bcast32(xm + 32), IO::bcast32(xm + 36), IO::bcast32(xm + 40), IO::bcast32(xm + 44)};
+        if constexpr (paced) if (m == 0) paced_fetch<kLines, 48>(pace_from, 6 * (2 * c + g / 4) + 4);
         ia0[m] = IO::dot4_u8(ia0[m], lo, x0);
+        if constexpr (paced) if (m == 0) paced_fetch<kLines, 48>(pace_from, 6 * (2 * c + g / 4) + 5);
         ia1[m] = IO::dot4_u8(ia1[m], hi, x1);
       }
     }
@@ -884,8 +919,13 @@ NPULLM_HOT void gemv_unit_q6k(const PN& p, int64_t u, const XQ& x, typename IO::
   const auto uv = unit_at(p, u * 210, 210, fetch_ahead_bytes<GgmlType::Q6_K>());
   const auto& pp = uv.first;
   const int64_t o = uv.second;
+  // Paced fetches (paced_fetch) in the line-at-a-time shape: the unit's 53 lines (o + 210 bytes,
+  // o 0 or 2) over 48 steps, 6 per pair of dwords (its 2 loads of 3 lines and 4 dots).
+  constexpr bool paced = is_packed<PN>() && TM <= 2 && paces_fetch<IO>();
+  const uint8_t* pace_from = nullptr;
+  if constexpr (paced) pace_from = pp.fetch;
   VI scw[4];
-  ld<4>(pp, o + 192, scw);
+  ld<4, IO, !paced>(pp, o + 192, scw);
   VI isc[TM];
   NPULLM_UNROLL_I8
   for (int m = 0; m < TM; ++m) isc[m] = IO::zero();
@@ -921,14 +961,18 @@ NPULLM_HOT void gemv_unit_q6k(const PN& p, int64_t u, const XQ& x, typename IO::
           VI w[4][2];
           NPULLM_UNROLL_I8
           for (int i = 0; i < 2; ++i) {
-            const VI a = ld1<IO>(pp, o + 64 * h + 4 * (g + i));
-            const VI b = ld1<IO>(pp, o + 64 * h + 32 + 4 * (g + i));
-            const VI hq = ld1<IO>(pp, o + 128 + 32 * h + 4 * (g + i));
+            const VI a = ld1<IO, !paced>(pp, o + 64 * h + 4 * (g + i));
+            const VI b = ld1<IO, !paced>(pp, o + 64 * h + 32 + 4 * (g + i));
+            const VI hq = ld1<IO, !paced>(pp, o + 128 + 32 * h + 4 * (g + i));
+            if constexpr (paced) paced_fetch<53, 48>(pace_from, 6 * (4 * h + 2 * jj + (g - 4 * jj) / 2) + i);
             NPULLM_UNROLL_I8
             for (int q = 0; q < 4; ++q) w[q][i] = q6k_weight<IO>(q % 2 ? b : a, hq, q);
           }
           NPULLM_UNROLL_I8
-          for (int q = 0; q < 4; ++q) dot_pair(ia[q], w[q], h, q, g);
+          for (int q = 0; q < 4; ++q) {
+            if constexpr (paced) paced_fetch<53, 48>(pace_from, 6 * (4 * h + 2 * jj + (g - 4 * jj) / 2) + 2 + q);
+            dot_pair(ia[q], w[q], h, q, g);
+          }
         }
         NPULLM_UNROLL_I8
         for (int q = 0; q < 4; ++q) add_scaled(ia[q], 8 * h + 2 * q + jj);
@@ -966,28 +1010,10 @@ NPULLM_HOT void gemv_unit_q6k(const PN& p, int64_t u, const XQ& x, typename IO::
       }
     }
   }
-  const VF d = IO::f16hi(ld1<IO>(pp, o + 206));
+  const VF d = IO::f16hi(ld1<IO, !paced>(pp, o + 206));
   NPULLM_UNROLL_I8
   for (int m = 0; m < TM; ++m)
     facc[m][0] = IO::fmaf(IO::cvt(isc[m]), IO::mulf(IO::bcastf(x.d[m * x.ldd + u]), d), facc[m][0]);
-}
-
-// Paced fetches (a packed unit of L lines whose work is S steps, AVX-512 fetching into L2): step k
-// fetches lines [k L / S, (k + 1) L / S) of the unit, from `fetch` (its fetch base, unit_at), so the
-// fetches are spread evenly over the unit's arithmetic instead of each riding with its load, which
-// comes in bursts of a block's lines. On a Sapphire Rapids-class Xeon, DecodePanels 2048 x 5632, 2
-// threads, two alternations: Q4_0 26.7, 27.3 -> 27.5, 28.7 GB/s, Q8_0 26.9, 27.2 -> 28.7, 28.9;
-// whole model, 4 alternated pairs each: TinyLlama Q4_0 +4.0 to +6.0 %, TinyLlama Q8_0 +3.1 to +7.9 %,
-// Qwen2.5 Q8_0 +2.5 to +5.7 % (bench/RESULTS.md, session 20). The same bits. The non-temporal (AMD)
-// build and AVX2 keep the fetch with each load: not measured paced.
-template <class IO>
-constexpr bool paces_fetch() {
-  return IO::R == 16 && kDecodeFetchLocality != 0;
-}
-template <int L, int S>
-NPULLM_HOT void paced_fetch(const uint8_t* fetch, int k) {
-  NPULLM_UNROLL_I8
-  for (int l = k * L / S; l < (k + 1) * L / S; ++l) __builtin_prefetch(fetch + 64 * l, 0, kDecodeFetchLocality);
 }
 
 // ---- decode of the 32-element types, 8 blocks at a time -------------------------------------------
@@ -1068,9 +1094,10 @@ NPULLM_HOT void gemv_octet(const PN& p, int64_t u0, const XQ& x, typename IO::VF
   const auto& pp = uv.first;
   const int64_t o = uv.second;
   constexpr bool nibbles = (T == GgmlType::Q4_0 || T == GgmlType::Q4_1) && has_hi_nibble_dot<IO>();
-  // Q8_0 and the nibble types pace the octet's fetches over its work (paced_fetch); their octets
-  // are dword-aligned (o is 0), so the unit's lines start at pp.fetch.
-  constexpr bool paced = is_packed<PN>() && paces_fetch<IO>() && (T == GgmlType::Q8_0 || nibbles);
+  constexpr bool five = T == GgmlType::Q5_0 || T == GgmlType::Q5_1;
+  // Q8_0, the nibble types and the 5-bit types pace the octet's fetches over its work
+  // (paced_fetch); their octets are dword-aligned (o is 0), so the unit's lines start at pp.fetch.
+  constexpr bool paced = is_packed<PN>() && paces_fetch<IO>() && (T == GgmlType::Q8_0 || nibbles || five);
   const uint8_t* pace_from = nullptr;
   if constexpr (paced) pace_from = pp.fetch;
   VI D[total / 4];
@@ -1112,15 +1139,21 @@ NPULLM_HOT void gemv_octet(const PN& p, int64_t u0, const XQ& x, typename IO::VF
       if (f % 4 == 2) dm = IO::srli(dm, 16);
       VI q4[4];
       NPULLM_UNROLL_I8
-      for (int g = 0; g < 4; ++g) q4[g] = field32<IO>(D, f + qs + 4 * g);
-      constexpr bool five = T == GgmlType::Q5_0 || T == GgmlType::Q5_1;
+      // (5-bit types: 8 paced steps a block, one after each qs dword, two around the fifth
+      // bits' merge and two in tile_unit)
+      for (int g = 0; g < 4; ++g) {
+        q4[g] = field32<IO>(D, f + qs + 4 * g);
+        if constexpr (paced && five) paced_fetch<static_cast<int>(total / 4), 64>(pace_from, 8 * b + g);
+      }
       if constexpr (nibbles) {
         // (Q4_1: f is dword-aligned, dm holds d | m)
         tile_nibbles<IO, T, TM, paced>(q4, dm, x, u0 + b, facc, pace_from, b);
         continue;
       }
+      if constexpr (paced && five) paced_fetch<static_cast<int>(total / 4), 64>(pace_from, 8 * b + 4);
       const VI qh = five ? field32<IO>(D, f + (T == GgmlType::Q5_0 ? 2 : 4)) : IO::zero();
       nibbles_to_g<IO, five>(q4, qh, dec);
+      if constexpr (paced && five) paced_fetch<static_cast<int>(total / 4), 64>(pace_from, 8 * b + 5);
       decf[8] = IO::f16lo(dm);
       if constexpr (T == GgmlType::Q4_1 || T == GgmlType::Q5_1) {
         // m is the high half of the dword at f: f is dword-aligned for these types
@@ -1128,7 +1161,7 @@ NPULLM_HOT void gemv_octet(const PN& p, int64_t u0, const XQ& x, typename IO::VF
       }
     }
     const VI* dp[1] = {dec};
-    tile_unit<IO, T, TM, 1>(dp, x, 0, u0 + b, facc);
+    tile_unit<IO, T, TM, 1, paced && five ? static_cast<int>(total / 4) : 0>(dp, x, 0, u0 + b, facc, pace_from, b);
   }
 }
 
