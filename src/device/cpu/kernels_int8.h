@@ -823,6 +823,17 @@ void quantize_chunk(GgmlType wt, const float* x, int64_t K, int64_t mc, XQ& xq) 
   }
 }
 
+// Q4_0 / Q4_1 block u against TM rows of x, straight from the block's 4 qs dwords: the low
+// nibbles dot as (q & 0x0F), the high ones as (q & 0xF0) = 16 * hi into a second accumulator,
+// shifted back once per block. Exact (every term of the second sum is a multiple of 16, and
+// VNNI's dot neither saturates nor narrows), so the integers are tile_unit's and so are the bits;
+// it saves a shift per vector and splits the block's chain of 8 dependent dot steps in two.
+// Only where dot_u8 takes any byte (VNNI) and the IO has an arithmetic shift.
+template <class IO>
+constexpr bool has_hi_nibble_dot() {
+  return IO::kVnni && requires(typename IO::VI v) { IO::srai(v, 4); };
+}
+
 // ---- decode of the K-quants, fused ---------------------------------------------------------------
 //
 // For M <= kGemvMaxM the K-quants are decoded and consumed 64 elements at a time, in registers:
@@ -835,6 +846,7 @@ NPULLM_HOT void gemv_unit_k4(const PN& p, int64_t u, const XQ& x, typename IO::V
   using VI = typename IO::VI;
   using VF = typename IO::VF;
   constexpr bool five = T == GgmlType::Q5_K;
+  constexpr bool hi_in_place = !five && has_hi_nibble_dot<IO>();
   const auto uv = unit_at(p, u * (five ? 176 : 144), five ? 176 : 144, fetch_ahead_bytes<T>());
   const auto& pp = uv.first;
   const int64_t o = uv.second;
@@ -867,7 +879,10 @@ NPULLM_HOT void gemv_unit_k4(const PN& p, int64_t u, const XQ& x, typename IO::V
         const VI tv = is_packed<PN>() ? ld1<IO, !paced>(pp, qo + 4 * (g + i)) : t[g + i];
         if constexpr (paced) paced_fetch<kLines, 48>(pace_from, 6 * (2 * c + g / 4) + i);
         lo[i] = IO::and_(tv, 0x0F0F0F0F);
-        hi[i] = IO::and_(IO::srli(tv, 4), 0x0F0F0F0F);
+        // Q4_K with VNNI: the high nibbles dot in place, (q & 0xF0) = 16 * hi, and the chunk's sum
+        // is shifted back once (exact, as tile_nibbles: the same integers, one shift a line fewer).
+        if constexpr (hi_in_place) hi[i] = IO::and_(tv, static_cast<int32_t>(0xF0F0F0F0u));
+        else hi[i] = IO::and_(IO::srli(tv, 4), 0x0F0F0F0F);
         if constexpr (five) {
           const int j0 = 2 * c, j1 = 2 * c + 1;  // bit j of each qh byte -> bit 4
           const VI h = qh[g + i];
@@ -888,7 +903,10 @@ NPULLM_HOT void gemv_unit_k4(const PN& p, int64_t u, const XQ& x, typename IO::V
     }
     const VI sc0 = k4_scale<IO>(hdr, 2 * c), sc1 = k4_scale<IO>(hdr, 2 * c + 1);
     NPULLM_UNROLL_I8
-    for (int m = 0; m < TM; ++m) isc[m] = IO::add(IO::add(isc[m], IO::mullo(ia0[m], sc0)), IO::mullo(ia1[m], sc1));
+    for (int m = 0; m < TM; ++m) {
+      if constexpr (hi_in_place) ia1[m] = IO::srai(ia1[m], 4);
+      isc[m] = IO::add(IO::add(isc[m], IO::mullo(ia0[m], sc0)), IO::mullo(ia1[m], sc1));
+    }
   }
   const VF d = IO::f16lo(hdr[0]), dmin = IO::f16hi(hdr[0]);
   NPULLM_UNROLL_I8
@@ -1037,17 +1055,6 @@ NPULLM_HOT typename IO::VI field32(const typename IO::VI* d, int64_t f) {
 
 // The last dword field32 reads for the n bytes at offset f (n a multiple of 4).
 constexpr int64_t last_dword(int64_t f, int64_t n) { return f % 4 == 0 ? (f + n) / 4 - 1 : (f + n + 2) / 4 - 1; }
-
-// Q4_0 / Q4_1 block u against TM rows of x, straight from the block's 4 qs dwords: the low
-// nibbles dot as (q & 0x0F), the high ones as (q & 0xF0) = 16 * hi into a second accumulator,
-// shifted back once per block. Exact (every term of the second sum is a multiple of 16, and
-// VNNI's dot neither saturates nor narrows), so the integers are tile_unit's and so are the bits;
-// it saves a shift per vector and splits the block's chain of 8 dependent dot steps in two.
-// Only where dot_u8 takes any byte (VNNI) and the IO has an arithmetic shift.
-template <class IO>
-constexpr bool has_hi_nibble_dot() {
-  return IO::kVnni && requires(typename IO::VI v) { IO::srai(v, 4); };
-}
 
 // kPaced: block `blk` of an octet whose fetch base is `fetch` paces the octet's fetches over its 8
 // dot steps (paced_fetch).
