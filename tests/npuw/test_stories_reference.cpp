@@ -2,6 +2,7 @@
 // against llama2.c's greedy reference (../shared/models/llama2c/stories260K.greedy-reference.json).
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <filesystem>
 #include <nlohmann/json.hpp>
@@ -131,6 +132,34 @@ TEST(StoriesReference, SameIdsForEveryChunkVariantListAndThreadCount) {
           EXPECT_EQ(m.variants_used, (std::vector<int64_t>{64, 128, 256}));
         }
       }
+}
+
+// A model too small to split (stories260K: each of its decode stages is below the CPU device's
+// parallel threshold) decodes on the calling thread alone with 2 threads: none of its stages runs on
+// several threads, so the second thread can neither speed it up nor slow it down, also beside a busy
+// process (issue 11's "never slower with 2 threads than with 1"; `npullm bench` reports the same count
+// as sync_points_per_token).
+TEST(StoriesReference, TwoThreadsDecodeOnTheCallingThreadAlone) {
+  NPULLM_REQUIRE_SHARED(kModel);
+  NPULLM_REQUIRE_SHARED(kReference);
+  const auto prompt = reference_case("A_")["prompt_ids"].get<std::vector<int32_t>>();
+  npuw::RuntimeConfig rc;
+  rc.prefill_chunk = 16;
+  rc.variants = {256};
+  rc.use_cache = false;
+  rc.threads = 2;
+  npuw::LlmRuntime rt(test::shared_path(kModel), rc);
+  ASSERT_EQ(rt.device_threads(), 2);
+  const std::span<const float> first = rt.prefill(prompt);
+  int32_t id = static_cast<int32_t>(std::max_element(first.begin(), first.end()) - first.begin());
+  const auto before = rt.device_counters();
+  for (int step = 0; step < 16; ++step) {
+    const std::span<const float> l = rt.decode(id);
+    id = static_cast<int32_t>(std::max_element(l.begin(), l.end()) - l.begin());
+  }
+  const auto after = rt.device_counters();
+  EXPECT_GE(after.stages - before.stages, 16 * 2);  // every step ran its stages
+  EXPECT_EQ(after.parallel_stages - before.parallel_stages, 0);
 }
 
 TEST(StoriesReference, RuntimeRefusesAPrefillThatDoesNotFit) {
