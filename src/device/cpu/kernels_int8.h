@@ -1105,6 +1105,7 @@ NPULLM_HOT void gemv_octet(const PN& p, int64_t u0, const XQ& x, typename IO::VF
   constexpr int64_t B = block_bytes<T>();
   constexpr int64_t total = 8 * B;            // bytes of the group
   constexpr int n32 = static_cast<int>(total / 32);  // whole 32-byte pieces; total % 32 is 0 or 16
+  constexpr int kLines = static_cast<int>(total / 4);  // a packed octet's 64-byte lines (a dword of 16 rows each)
   const auto uv = unit_at(p, (u0 >> 3) * total, total, fetch_ahead_bytes<T>());  // (u0 is a multiple of 8)
   const auto& pp = uv.first;
   const int64_t o = uv.second;
@@ -1143,7 +1144,7 @@ NPULLM_HOT void gemv_octet(const PN& p, int64_t u0, const XQ& x, typename IO::VF
       NPULLM_UNROLL_I8
       for (int g = 0; g < 8; ++g) {
         const VI w = field32<IO>(D, f + 2 + 4 * g);
-        if constexpr (paced) paced_fetch<static_cast<int>(total / 4), 64>(pace_from, 8 * b + g);
+        if constexpr (paced) paced_fetch<kLines, 64>(pace_from, 8 * b + g);
         dec[g] = IO::kVnni ? IO::xor_(w, static_cast<int32_t>(0x80808080u)) : w;
       }
       decf[8] = IO::f16lo(dm);
@@ -1158,17 +1159,17 @@ NPULLM_HOT void gemv_octet(const PN& p, int64_t u0, const XQ& x, typename IO::VF
       // bits' merge and two in tile_unit)
       for (int g = 0; g < 4; ++g) {
         q4[g] = field32<IO>(D, f + qs + 4 * g);
-        if constexpr (paced && five) paced_fetch<static_cast<int>(total / 4), 64>(pace_from, 8 * b + g);
+        if constexpr (paced && five) paced_fetch<kLines, 64>(pace_from, 8 * b + g);
       }
       if constexpr (nibbles) {
         // (Q4_1: f is dword-aligned, dm holds d | m)
         tile_nibbles<IO, T, TM, paced>(q4, dm, x, u0 + b, facc, pace_from, b);
         continue;
       }
-      if constexpr (paced && five) paced_fetch<static_cast<int>(total / 4), 64>(pace_from, 8 * b + 4);
+      if constexpr (paced && five) paced_fetch<kLines, 64>(pace_from, 8 * b + 4);
       const VI qh = five ? field32<IO>(D, f + (T == GgmlType::Q5_0 ? 2 : 4)) : IO::zero();
       nibbles_to_g<IO, five>(q4, qh, dec);
-      if constexpr (paced && five) paced_fetch<static_cast<int>(total / 4), 64>(pace_from, 8 * b + 5);
+      if constexpr (paced && five) paced_fetch<kLines, 64>(pace_from, 8 * b + 5);
       decf[8] = IO::f16lo(dm);
       if constexpr (T == GgmlType::Q4_1 || T == GgmlType::Q5_1) {
         // m is the high half of the dword at f: f is dword-aligned for these types
@@ -1176,7 +1177,7 @@ NPULLM_HOT void gemv_octet(const PN& p, int64_t u0, const XQ& x, typename IO::VF
       }
     }
     const VI* dp[1] = {dec};
-    tile_unit<IO, T, TM, 1, paced && five ? static_cast<int>(total / 4) : 0>(dp, x, 0, u0 + b, facc, pace_from, b);
+    tile_unit<IO, T, TM, 1, paced && five ? kLines : 0>(dp, x, 0, u0 + b, facc, pace_from, b);
   }
 }
 
