@@ -1056,6 +1056,12 @@ constexpr int64_t block_bytes() {
   return T == GgmlType::Q4_0 ? 18 : T == GgmlType::Q4_1 ? 20 : T == GgmlType::Q5_0 ? 22 : T == GgmlType::Q5_1 ? 24 : 34;
 }
 
+// A packed octet's 64-byte lines (each a dword of the panel's 16 rows): what its paced fetches cover.
+template <GgmlType T>
+constexpr int octet_lines() {
+  return static_cast<int>(8 * block_bytes<T>() / 4);
+}
+
 template <class IO>
 NPULLM_HOT typename IO::VI field32(const typename IO::VI* d, int64_t f) {
   return f % 4 == 0 ? d[f / 4] : mid_dword<IO>(d, static_cast<int>(f / 4));
@@ -1069,7 +1075,7 @@ constexpr int64_t last_dword(int64_t f, int64_t n) { return f % 4 == 0 ? (f + n)
 template <class IO, GgmlType T, int TM, bool kPaced = false>
 NPULLM_HOT void tile_nibbles(const typename IO::VI* q4, typename IO::VI dm, const XQ& x, int64_t u,
                              typename IO::VF (&facc)[TM][1], const uint8_t* fetch = nullptr, int blk = 0) {
-  constexpr int kLines = static_cast<int>(8 * block_bytes<T>() / 4);  // an octet's lines
+  constexpr int kLines = octet_lines<T>();
   using VI = typename IO::VI;
   using VF = typename IO::VF;
   VI lo[4], hi[4];
@@ -1105,7 +1111,7 @@ NPULLM_HOT void gemv_octet(const PN& p, int64_t u0, const XQ& x, typename IO::VF
   constexpr int64_t B = block_bytes<T>();
   constexpr int64_t total = 8 * B;            // bytes of the group
   constexpr int n32 = static_cast<int>(total / 32);  // whole 32-byte pieces; total % 32 is 0 or 16
-  constexpr int kLines = static_cast<int>(total / 4);  // a packed octet's 64-byte lines (a dword of 16 rows each)
+  constexpr int kLines = octet_lines<T>();
   const auto uv = unit_at(p, (u0 >> 3) * total, total, fetch_ahead_bytes<T>());  // (u0 is a multiple of 8)
   const auto& pp = uv.first;
   const int64_t o = uv.second;
