@@ -217,27 +217,29 @@ struct Panel {
   int valid;  // rows that exist (1..R)
 };
 
-// How far ahead of its loads a packed decode fetches (see PackedPanel), by weight type: every
-// decode loop passes it, the same for a type's block groups and its last blocks (a row of K = 896 ends in 4 blocks after 3 octets: where those fetched nearer
-// than the octets, each panel's tail fetched nothing new and the stream fell behind).
-// (Measured from memory, 2 threads, Zen 5, after the per-unit addressing: 4 KiB best for the
-// types read line after line; Q6_K, which reads three regions of each super-block in turn, 8 KiB:
-// 50-51 GB/s against 40-44 at 4 and 16 KiB. With non-temporal fetches, whole model, alternated
-// pairs, session 16: 8 KiB for every type but Q8_0 took Qwen2.5 Q4_K_M (mostly Q5_0, rows of 896)
-// from 65 to 71.5 % of the roofline, ahead in 10 of 10 pairs, and 18 of 18 over two runs; Q8_0 at
-// 8 KiB fell 10 % (Qwen2.5 Q8_0, 0 of 6); TinyLlama Q4_0 ahead in 5 of 8, Q4_K_M level.)
+// Where a packed decode fetches (see PackedPanel): into L2, or non-temporally in the build for AMD
+// CPUs (kernels_avx512vbmi2_nta.cpp).
 #ifdef NPULLM_DECODE_FETCH_NTA
 inline constexpr int kDecodeFetchLocality = 0;  // prefetchnta
 #else
 inline constexpr int kDecodeFetchLocality = 2;  // prefetcht1
 #endif
 
-// Fetching into L2 (the Intel build), the types other than Q8_0 and Q6_K fetch 6 KiB ahead: on a
-// Sapphire Rapids-class Xeon, whole model, 2 threads, alternated pairs against 8 KiB, TinyLlama
-// Q4_0 +5.0 to +6.0 % (medians of three runs; ahead in 16 pairs of 16), Q4_K_M +1.6 to +3.6 %,
-// Qwen2.5 Q4_K_M level (+0.1 to +1.6 %); at 4 and 5 KiB Q4_0 fell 2 %, at 7 it gained as at 6. Q8_0
-// at 6 KiB fell 2.6 %; Q6_K streamed best at 8 (DecodePanels 2048 x 5632: 27.8-28.0 GB/s against
-// 26.9-27.9 at 6). The same bits (a fetch changes no value). Session 22.
+// How far ahead of its loads a packed decode fetches, by weight type. Every decode loop passes it,
+// the same for a type's block groups and its last blocks: where a row's tail (K = 896 ends in 4
+// blocks after 3 octets) fetched nearer than the octets, each panel's tail fetched nothing new and
+// the stream fell behind. All measured from memory, 2 threads; a fetch changes no value.
+//  - Non-temporal (Zen 5, whole model, alternated pairs; session 16): 8 KiB for every type but Q8_0
+//    took Qwen2.5 Q4_K_M (mostly Q5_0, rows of 896) from 65 to 71.5 % of the roofline, ahead in 18
+//    pairs of 18; Q8_0 at 8 KiB fell 10 % (Qwen2.5 Q8_0, 0 of 6), so it keeps 4; TinyLlama Q4_0
+//    ahead in 5 of 8, Q4_K_M level. (Into L2 there, before: 4 KiB best for the types read line
+//    after line; Q6_K, which reads three regions of each super-block in turn, 8 KiB: 50-51 GB/s
+//    against 40-44 at 4 and 16.)
+//  - Into L2 (a Sapphire Rapids-class Xeon, whole model, alternated pairs against 8 KiB; session
+//    22): 6 KiB for every type but Q8_0 and Q6_K: TinyLlama Q4_0 +5.0 to +6.0 % (medians of three
+//    runs; ahead in 16 pairs of 16), Q4_K_M +1.6 to +3.6 %, Qwen2.5 Q4_K_M level (+0.1 to +1.6 %);
+//    at 4 and 5 KiB Q4_0 fell 2 %, at 7 it gained as at 6. Q8_0 at 6 KiB fell 2.6 %; Q6_K streamed
+//    best at 8 (DecodePanels 2048 x 5632: 27.8-28.0 GB/s against 26.9-27.9 at 6).
 template <GgmlType T>
 constexpr int64_t fetch_ahead_bytes() {
   if constexpr (T == GgmlType::Q8_0) return 4 << 10;
