@@ -14,6 +14,9 @@
 // Prefill/<type>/M/K/N/<threads>  M tokens at once; FLOP/s = 2 M N K / time.
 // AttentionDecode/F16/C       one token's attention over C keys (TinyLlama's heads), one thread.
 // AttentionDecodeCold/F16/C   the same with K/V from memory (another copy each time, as in decode).
+// AttentionDecode[Cold]HeadMajor/F16/1024  the same keys with each K/V head's rows contiguous
+//                             ([Hkv, C, hd], one group at a time) instead of the cache's [C, Hkv,
+//                             hd]: what that layout would be worth.
 // PoolStage/<threads>         an empty stage of the worker pool: its synchronisation cost.
 // PrefillIsa/<isa>/<type>/M/K/N/<threads>  the same on a forced path (avx512 = VNNI, amx), x
 //                             quantised up front as the device does: paths side by side in one run.
@@ -282,8 +285,10 @@ void BM_PrefillIsa(benchmark::State& st, std::string isa, GgmlType t, int64_t M,
 // heads of 64), F16 K/V, every key visible, on one thread: what one layer's Attention task costs
 // at that context length (keys/s counts query-head x key pairs). Warm: the same K/V every call, in
 // cache. Cold: as in a decode step, where a layer's K/V was last read a whole token (all the
-// weights) ago: a different copy of K/V each call, from 512 MiB.
-void BM_AttentionDecode(benchmark::State& st, int64_t C, bool cold) {
+// weights) ago: a different copy of K/V each call, from 512 MiB. Head-major: the same buffers read
+// as [Hkv, C, hd], each group one call over its own contiguous rows (Hkv = 1 there); the values
+// differ from the row-major run's, the work does not.
+void BM_AttentionDecode(benchmark::State& st, int64_t C, bool cold, bool head_major) {
   const int64_t H = 32, Hkv = 4, hd = 64;
   std::vector<float> q(static_cast<size_t>(H * hd)), out(q.size()), work(static_cast<size_t>(cpu::attention_work_floats(C)));
   std::vector<float> kf(static_cast<size_t>(C * Hkv * hd));
@@ -299,8 +304,16 @@ void BM_AttentionDecode(benchmark::State& st, int64_t C, bool cold) {
   size_t c = 0;
   for (auto _ : st) {
     const uint8_t* k = kv.data() + 2 * c * bytes;
-    cpu::attention(q.data(), k, GgmlType::F16, k + bytes, GgmlType::F16, mask.data(), out.data(), H, Hkv, hd, C, 0, 0.125f, 0, H,
-                   work.data());
+    if (head_major) {
+      const int64_t group = H / Hkv;
+      const size_t head = bytes / static_cast<size_t>(Hkv);  // one K/V head's C rows
+      for (int64_t g = 0; g < Hkv; ++g)
+        cpu::attention(q.data() + g * group * hd, k + g * head, GgmlType::F16, k + bytes + g * head, GgmlType::F16, mask.data(),
+                       out.data() + g * group * hd, group, 1, hd, C, 0, 0.125f, 0, group, work.data());
+    } else {
+      cpu::attention(q.data(), k, GgmlType::F16, k + bytes, GgmlType::F16, mask.data(), out.data(), H, Hkv, hd, C, 0, 0.125f, 0,
+                     H, work.data());
+    }
     c = (c + 1) % copies;
   }
   benchmark::DoNotOptimize(out.data());
@@ -318,8 +331,13 @@ int main(int argc, char** argv) {
   // TinyLlama-1.1B: ffn_up/gate (K 2048 -> N 5632), attn (2048 -> 2048), ffn_down (5632 -> 2048).
   const std::pair<int64_t, int64_t> decode_shapes[] = {{2048, 5632}, {2048, 2048}, {5632, 2048}};
   for (int64_t C : {32, 256, 1024})
-    benchmark::RegisterBenchmark(("AttentionDecode/F16/" + std::to_string(C)).c_str(), BM_AttentionDecode, C, false)->Unit(benchmark::kMicrosecond);
-  benchmark::RegisterBenchmark("AttentionDecodeCold/F16/1024", BM_AttentionDecode, 1024, true)->Unit(benchmark::kMicrosecond);
+    benchmark::RegisterBenchmark(("AttentionDecode/F16/" + std::to_string(C)).c_str(), BM_AttentionDecode, C, false, false)
+        ->Unit(benchmark::kMicrosecond);
+  benchmark::RegisterBenchmark("AttentionDecodeCold/F16/1024", BM_AttentionDecode, 1024, true, false)->Unit(benchmark::kMicrosecond);
+  benchmark::RegisterBenchmark("AttentionDecodeHeadMajor/F16/1024", BM_AttentionDecode, 1024, false, true)
+      ->Unit(benchmark::kMicrosecond);
+  benchmark::RegisterBenchmark("AttentionDecodeColdHeadMajor/F16/1024", BM_AttentionDecode, 1024, true, true)
+      ->Unit(benchmark::kMicrosecond);
   for (int threads : {1, 2}) {
     benchmark::RegisterBenchmark(("Read/" + std::to_string(threads)).c_str(), BM_Read, threads)->UseRealTime();
     benchmark::RegisterBenchmark(("PoolStage/" + std::to_string(threads)).c_str(), BM_PoolStage, threads)
