@@ -23,14 +23,17 @@ namespace {
 
 inline constexpr int64_t kAttnTile = 16;           // keys per tile (one vector of scores)
 // K rows are fetched this many tiles ahead while the scores are computed, V rows as far ahead in
-// each pass over the values (its own lines), a few lines per key or pair of keys: in bursts (a tile's worth
-// at once) the fetches waited for free fill buffers and held up the arithmetic. Into L2: 1,024
+// each pass over the values (its own lines), a few lines per key or pair of keys: in bursts (a
+// tile's worth at once) the fetches waited for free fill buffers and held up the arithmetic. Into L2: 1,024
 // keys of TinyLlama's groups from memory took ~147 us on one core this way, 172 us with a burst
 // per tile into L1, 254 us with no fetches (~87 us with K/V in cache; bench_kernels
 // AttentionDecodeCold / AttentionDecode). Four tiles (8 KiB of a group's K ahead, the distance
 // the weight streams settled on too): 86-88 us cold against 96 at two, 91-94 at eight (Zen 5).
 // Fetching V during the scores as well gained nothing.
 inline constexpr int64_t kAttnPrefetchTiles = 4;
+
+// The cache row of the key visited t-th, keys visited from ring row rot (0 <= t, rot < C).
+inline int64_t attn_row(int64_t t, int64_t rot, int64_t C) { return t + rot < C ? t + rot : t + rot - C; }
 
 // The first tiles a pass reads, which the fetches ahead in the pass's loop never cover: keys [0,
 // min(Ce, kAttnPrefetchTiles tiles)) of a group (rows from `rot` on, as the pass visits them), all
@@ -41,7 +44,7 @@ template <int NV>
 inline void attn_fetch_start(const uint8_t* base, int64_t stride, int64_t C, int64_t Ce, int64_t rot) {
   const int64_t n = Ce < kAttnPrefetchTiles * kAttnTile ? Ce : kAttnPrefetchTiles * kAttnTile;
   for (int64_t t = 0; t < n; ++t) {
-    const int64_t row = t + rot < C ? t + rot : t + rot - C;
+    const int64_t row = attn_row(t, rot, C);
     for (int64_t l = 0; l < 32 * NV; l += 64) _mm_prefetch(reinterpret_cast<const char*>(base + row * stride + l), _MM_HINT_T1);
   }
 }
@@ -120,7 +123,7 @@ inline void attn_value_pass(const uint8_t* vg, int64_t stride, int64_t C, int64_
     for (int i = 0; i < ND; ++i) acc[j][i] = _mm512_setzero_ps();
   alignas(64) float pn[NH][kAttnTile];
   for (int64_t t0 = 0; t0 < Ce; t0 += kAttnTile) {  // keys [0, Ce): past Ce every weight is 0
-    const int64_t row0 = t0 + rot < C ? t0 + rot : t0 + rot - C;
+    const int64_t row0 = attn_row(t0, rot, C);
     if (all_live && t0 + kAttnTile <= Ce && row0 + kAttnTile <= C) {
       __mmask16 zero = 0;
 #pragma GCC unroll 16
@@ -157,7 +160,7 @@ inline void attn_value_pass(const uint8_t* vg, int64_t stride, int64_t C, int64_
     // Key by key: a key of weight 0 adds nothing (and a key no head sees is not read).
     const int64_t t1 = t0 + kAttnTile < Ce ? t0 + kAttnTile : Ce;
     for (int64_t t = t0; t < t1; ++t) {
-      const int64_t row = t + rot < C ? t + rot : t + rot - C;
+      const int64_t row = attn_row(t, rot, C);
       float p[NH];
       bool any = false;
 #pragma GCC unroll 16
@@ -226,7 +229,7 @@ void attention_group_f16(const float* q, const uint8_t* k, const uint8_t* v, con
   attn_fetch_start<NV>(kg, stride, C, Ce, rot);
   alignas(64) float lvl1[N][kAttnTile / 2][16];
   for (int64_t t0 = 0; t0 < Ce; t0 += kAttnTile) {
-    const int64_t row0 = t0 + rot < C ? t0 + rot : t0 + rot - C;
+    const int64_t row0 = attn_row(t0, rot, C);
     if (t0 + kAttnTile <= Ce && row0 + kAttnTile <= C) {
       const __m512 mv = mrow ? _mm512_loadu_ps(mrow + row0) : _mm512_setzero_ps();
       const __mmask16 masked = _mm512_cmp_ps_mask(mv, neg_inf, _CMP_EQ_OQ);
@@ -262,7 +265,7 @@ void attention_group_f16(const float* q, const uint8_t* k, const uint8_t* v, con
     }
     const int64_t t1 = t0 + kAttnTile < Ce ? t0 + kAttnTile : Ce;
     for (int64_t t = t0; t < t1; ++t) {
-      const int64_t row = t + rot < C ? t + rot : t + rot - C;
+      const int64_t row = attn_row(t, rot, C);
       const float mval = mrow ? mrow[row] : 0.0f;
       if (mval == kNegInf) {
         for (int j = 0; j < N; ++j) scores[j * C + t] = kNegInf;
