@@ -46,6 +46,41 @@ nlohmann::json stage_ms_json(const int64_t* stage_ns, int64_t tokens) {
   return j;
 }
 
+// Adds the MatMul kinds' runs and time between two readings of the counters (a kind keeps its
+// index for the device's lifetime; kinds first seen after `before` start from zero).
+void add_kinds(std::vector<device::Device::Counters::MatMulKind>& sum, const std::vector<device::Device::Counters::MatMulKind>& before,
+               const std::vector<device::Device::Counters::MatMulKind>& after) {
+  for (size_t k = 0; k < after.size(); ++k) {
+    if (k >= sum.size()) sum.push_back({after[k].label, after[k].rows, after[k].weight_bytes, 0, 0});
+    sum[k].runs += after[k].runs - (k < before.size() ? before[k].runs : 0);
+    sum[k].ns += after[k].ns - (k < before.size() ? before[k].ns : 0);
+  }
+}
+
+// The decode steps' MatMul kinds, the most time first: time and runs a token, the weight bytes a
+// run reads, and the rate that makes (what each stage reads of the roofline).
+struct KindRate {
+  const device::Device::Counters::MatMulKind* kind;
+  double ms_per_token, runs_per_token, gbps;
+};
+std::vector<KindRate> kind_rates(const std::vector<device::Device::Counters::MatMulKind>& kinds, int64_t tokens) {
+  std::vector<KindRate> out;
+  for (const auto& k : kinds)
+    if (k.runs > 0 && k.ns > 0 && tokens > 0)
+      out.push_back({&k, static_cast<double>(k.ns) / 1e6 / static_cast<double>(tokens), static_cast<double>(k.runs) / static_cast<double>(tokens),
+                     static_cast<double>(k.weight_bytes) * static_cast<double>(k.runs) / static_cast<double>(k.ns)});
+  std::sort(out.begin(), out.end(), [](const KindRate& a, const KindRate& b) { return a.ms_per_token > b.ms_per_token; });
+  return out;
+}
+
+nlohmann::json kinds_json(const std::vector<device::Device::Counters::MatMulKind>& kinds, int64_t tokens) {
+  nlohmann::json j = nlohmann::json::array();
+  for (const KindRate& r : kind_rates(kinds, tokens))
+    j.push_back({{"weights", r.kind->label}, {"rows", r.kind->rows}, {"ms_per_token", r.ms_per_token},
+                 {"runs_per_token", r.runs_per_token}, {"weight_bytes", r.kind->weight_bytes}, {"gbps", r.gbps}});
+  return j;
+}
+
 using Clock = std::chrono::steady_clock;
 double seconds(Clock::time_point a, Clock::time_point b) { return std::chrono::duration<double>(b - a).count(); }
 
@@ -135,6 +170,7 @@ int run(BenchOptions& o) {
   int64_t solo_periods = 0;  // of all tg runs: the worker pool ran alone after a thread was held up
   // Of all tg runs: stage wall time by op code, and the tokens and seconds they cover.
   int64_t stage_ns[device::Device::Counters::kOps] = {};
+  std::vector<device::Device::Counters::MatMulKind> tg_kinds;  // of all tg runs: runs and time of each kind
   double tg_seconds = 0;
   int64_t tg_tokens = 0;
   const npuw::RuntimeStats s0 = rt.stats();
@@ -186,6 +222,7 @@ int run(BenchOptions& o) {
       }
       const auto c1 = rt.device_counters();
       for (int op = 0; op < device::Device::Counters::kOps; ++op) stage_ns[op] += c1.stage_ns[op] - c0.stage_ns[op];
+      add_kinds(tg_kinds, c0.matmul_kinds, c1.matmul_kinds);
       tg_seconds += took;
       tg_tokens += o.n_gen;
       stages_per_token = static_cast<double>(c1.stages - c0.stages) / static_cast<double>(o.n_gen);
@@ -281,6 +318,8 @@ int run(BenchOptions& o) {
                         {"sync_points_per_token", sync_per_token},
                         {"solo_periods", solo_periods},
                         {"stage_ms_per_token", stage_ms_json(stage_ns, tg_tokens)},
+                        // The decode MatMul stages by the weights they read: time, runs, bytes, rate.
+                        {"matmul_stages", kinds_json(tg_kinds, tg_tokens)},
                         // The K/V allocation: full-length layers' rows plus the sliding-window rings.
                         {"kv", {{"bytes", rt.stats().kv_bytes},
                                 {"bytes_per_position", rt.stats().kv_row_bytes},
@@ -343,6 +382,10 @@ int run(BenchOptions& o) {
                              100.0 * ms / per_token_ms);
       }
       fmt::print("decode time per token {:.2f} ms: {}; between stages {:.2f} ms\n", per_token_ms, parts, per_token_ms - staged_ms);
+      fmt::print("decode MatMul stages by the weights they read (a token: time, runs; a run: MB read; rate):\n");
+      for (const KindRate& r : kind_rates(tg_kinds, tg_tokens))
+        fmt::print("  {:>7.3f} ms {:>4.0f}x {:>8.3f} MB {:>6.1f} GB/s  {}\n", r.ms_per_token, r.runs_per_token, r.kind->weight_bytes / 1e6,
+                   r.gbps, r.kind->label);
     }
     const npuw::RuntimeStats& st = rt.stats();
     fmt::print("K/V {:.2f} MiB: {} bytes per position (full-length layers) x {} rows x {} slot(s){}\n", st.kv_bytes / 1048576.0,

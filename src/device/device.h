@@ -48,6 +48,16 @@ class Device {
     // stage counts as its MatMul or ScatterRows): where a token's time goes.
     static constexpr int kOps = 16;
     int64_t stage_ns[kOps] = {};
+    // The MatMul stages by what they read: the weight type and K x N of each task, e.g. "q5_0
+    // 896x896 + q5_0 896x128 + q8_0 896x128", with the rows of x (1 in a decode step) and the
+    // weight bytes one run reads. Their time over their bytes is the read rate stage by stage,
+    // so a roofline short of the read loop's shows which matrices fall short, not only that some do.
+    struct MatMulKind {
+      std::string label;
+      int64_t rows = 0, weight_bytes = 0;
+      int64_t runs = 0, ns = 0;
+    };
+    std::vector<MatMulKind> matmul_kinds;
   };
   virtual Counters counters() const { return {}; }
 };

@@ -10,6 +10,7 @@
 #include <sstream>
 #include <nlohmann/json.hpp>
 
+#include "formats/gguf.h"
 #include "test_util.h"
 
 namespace npullm {
@@ -218,6 +219,24 @@ TEST(CliTools, BenchJsonReportsTheIssueFields) {
   }
   for (const auto& [op, ms] : j["stage_ms_per_token"].items()) staged_ms += ms.get<double>();
   EXPECT_LT(staged_ms, 1.25 * 1000.0 / j["tg"]["tps_mean"].get<double>()) << j["stage_ms_per_token"];
+  // The same MatMul time by the weights each stage reads: a decode token reads every matrix of the
+  // file once (the output projection's, or the tied embedding's), so the kinds' runs a token times
+  // their bytes add up to the file's matrices, byte for byte; and their time to the MatMul op's.
+  const auto gguf = GgufFile::open(test::shared_path(kModel));
+  double matrices = 0;
+  const bool tied = gguf->find_tensor("output.weight") == nullptr;
+  for (const GgufTensorInfo& t : gguf->tensors())
+    if (t.dims.size() == 2 && (t.name != "token_embd.weight" || tied)) matrices += static_cast<double>(t.n_bytes);
+  double read = 0, kinds_ms = 0;
+  ASSERT_FALSE(j["matmul_stages"].empty());
+  for (const auto& k : j["matmul_stages"]) {
+    EXPECT_EQ(k["rows"], 1) << k;
+    EXPECT_GT(k["gbps"].get<double>(), 0.0) << k;
+    read += k["runs_per_token"].get<double>() * k["weight_bytes"].get<double>();
+    kinds_ms += k["ms_per_token"].get<double>();
+  }
+  EXPECT_DOUBLE_EQ(read, matrices) << j["matmul_stages"];
+  EXPECT_NEAR(kinds_ms, j["stage_ms_per_token"]["MatMul"].get<double>(), 1e-9) << j["matmul_stages"];
   EXPECT_TRUE(j["huge_pages"].get<bool>());
   EXPECT_EQ(j["prefill_chunk"], 32);
   EXPECT_GE(j["padded_fraction"].get<double>(), 0.0);

@@ -2,8 +2,13 @@
 
 #include <algorithm>
 #include <chrono>
+#include <mutex>
+#include <string>
 #include <thread>
+#include <unordered_map>
 #include <vector>
+
+#include <fmt/format.h>
 
 #include "common/error.h"
 #include "device/cpu/kernels.h"
@@ -214,6 +219,7 @@ class CpuDevice final : public device::Device {
   }
   int threads() const override { return pool_.threads(); }
   Counters counters() const override {
+    std::lock_guard lock(kinds_mu_);
     Counters c = counters_;
     c.solo_periods = pool_.solo_periods();
     return c;
@@ -433,8 +439,39 @@ class CpuDevice final : public device::Device {
     }, parallel);
     counters_.stages++;
     counters_.parallel_stages += parallel;
-    if (n > 0 && tasks[0].op < Counters::kOps)
-      counters_.stage_ns[tasks[0].op] += std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::steady_clock::now() - t0).count();
+    const int64_t ns = std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::steady_clock::now() - t0).count();
+    if (n > 0 && tasks[0].op < Counters::kOps) counters_.stage_ns[tasks[0].op] += ns;
+    if (n > 0 && tasks[0].op == static_cast<uint32_t>(OpCode::MatMul)) count_matmul_kind(tasks, n, ns);
+  }
+
+  // Adds a MatMul stage's run to its kind in counters_.matmul_kinds. The kind is found once per
+  // stage of a program, by the stage's first task (a program's tasks stay put while it is loaded;
+  // the task's type and shape are compared too, so a later program at the same address is told
+  // apart): a lookup a stage, not a label.
+  void count_matmul_kind(const TaskDesc* tasks, size_t n, int64_t ns) {
+    const TaskDesc& t = tasks[0];
+    std::lock_guard lock(kinds_mu_);
+    auto it = kind_of_.find(tasks);
+    const auto same = [&](const KindOf& k) {
+      return k.type == t.type[1] && k.dim[0] == t.dim[0] && k.dim[1] == t.dim[1] && k.dim[2] == t.dim[2] && k.tasks == n;
+    };
+    if (it == kind_of_.end() || !same(it->second)) {
+      std::string label;
+      int64_t bytes = 0;
+      for (size_t i = 0; i < n; ++i) {
+        const GgmlType wt = ty(tasks[i], 1);
+        label += fmt::format("{}{} {}x{}", i ? " + " : "", ggml_type_name(wt), tasks[i].dim[1], tasks[i].dim[2]);
+        bytes += static_cast<int64_t>(ggml_row_bytes(wt, tasks[i].dim[1])) * tasks[i].dim[2];
+      }
+      std::vector<Counters::MatMulKind>& kinds = counters_.matmul_kinds;
+      auto k = std::find_if(kinds.begin(), kinds.end(), [&](const Counters::MatMulKind& m) { return m.rows == t.dim[0] && m.label == label; });
+      if (k == kinds.end()) k = kinds.insert(kinds.end(), {label, t.dim[0], bytes, 0, 0});
+      if (kind_of_.size() >= 4096) kind_of_.clear();  // (programs come and go: a bound, not a leak)
+      it = kind_of_.insert_or_assign(tasks, KindOf{static_cast<int>(k - kinds.begin()), t.type[1], {t.dim[0], t.dim[1], t.dim[2]}, n}).first;
+    }
+    Counters::MatMulKind& kind = counters_.matmul_kinds[static_cast<size_t>(it->second.kind)];
+    kind.runs += 1;
+    kind.ns += ns;
   }
 
   // One activation quantisation of a stage and the tasks that use it.
@@ -464,8 +501,18 @@ class CpuDevice final : public device::Device {
     AlignedBytes buf;
   };
 
+  // A MatMul stage's kind (count_matmul_kind), by the stage's first task.
+  struct KindOf {
+    int kind;
+    uint32_t type;
+    int64_t dim[3];
+    size_t tasks;
+  };
+
   WorkerPool pool_;
   Counters counters_;
+  mutable std::mutex kinds_mu_;  // counters_.matmul_kinds grows while a stage runs; counters() copies it
+  std::unordered_map<const TaskDesc*, KindOf> kind_of_;
   std::vector<const float*> x_;
   AlignedBytes stage_x_;
   std::vector<std::vector<float>> work_;
