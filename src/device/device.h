@@ -48,8 +48,8 @@ class Device {
     // stage counts as its MatMul or ScatterRows): where a token's time goes.
     static constexpr int kOps = 16;
     int64_t stage_ns[kOps] = {};
-    // The MatMul stages by what they read: the weight type and K x N of each task, e.g. "q5_0
-    // 896x896 + q5_0 896x128 + q8_0 896x128", with the rows of x (1 in a decode step) and the
+    // The MatMul stages by what they read: the weight type and K x N of each task, e.g. "Q5_0
+    // 896x896 + Q5_0 896x128 + Q8_0 896x128", with the rows of x (1 in a decode step) and the
     // weight bytes one run reads. Their time over their bytes is the read rate stage by stage,
     // so a roofline short of the read loop's shows which matrices fall short, not only that some do.
     struct MatMulKind {

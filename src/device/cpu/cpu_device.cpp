@@ -459,8 +459,13 @@ class CpuDevice final : public device::Device {
       std::string label;
       int64_t bytes = 0;
       for (size_t i = 0; i < n; ++i) {
+        label += i ? " + " : "";
+        if (tasks[i].op != static_cast<uint32_t>(OpCode::MatMul)) {  // (a stage of MatMuls only, as compiled today)
+          label += blob::op_name(tasks[i].op);
+          continue;
+        }
         const GgmlType wt = ty(tasks[i], 1);
-        label += fmt::format("{}{} {}x{}", i ? " + " : "", ggml_type_name(wt), tasks[i].dim[1], tasks[i].dim[2]);
+        label += fmt::format("{} {}x{}", ggml_type_name(wt), tasks[i].dim[1], tasks[i].dim[2]);
         bytes += static_cast<int64_t>(ggml_row_bytes(wt, tasks[i].dim[1])) * tasks[i].dim[2];
       }
       std::vector<Counters::MatMulKind>& kinds = counters_.matmul_kinds;
