@@ -29,15 +29,22 @@ ASAN_OPTIONS="detect_leaks=1:log_path=$san/asan" UBSAN_OPTIONS="print_stacktrace
   scripts/run-sharded.sh 2 build-asan/tests/npullm_tests || asan_rc=$?
 # A report file that is empty holds no report: a process opened its log and died before writing
 # (seen once in a clean-clone run, not reproduced in the next; the CLI and cache-fault tests kill
-# npullm children on purpose). It is named, not counted; any file with content fails the step.
+# npullm children on purpose). Nor does one whose every line is LeakSanitizer's "Unable to get
+# registers from thread N.": its leak check could not read one thread's registers (a race with a
+# thread on its way out), counted that thread's whole stack as reachable (or skipped it, if gone)
+# and went on, so a leak it then found would follow in the same file (LLVM's lsan_common.cpp;
+# seen once in a clean-clone run, 2026-12-05, and not in the rerun of the same build). Both are
+# named, not counted; any other content fails the step.
 for f in "$san"/asan.*; do
   [ -e "$f" ] || continue
-  if [ -s "$f" ]; then
+  if [ ! -s "$f" ]; then
+    echo "test.sh: $(basename "$f"): an empty sanitizer log (no report in it), not counted" >&2
+  elif ! grep -qvE '^==[0-9]+==Unable to get registers from thread [0-9]+\.$' "$f"; then
+    echo "test.sh: $(basename "$f"): only LeakSanitizer's note that a thread could not be read ($(head -1 "$f")), not counted" >&2
+  else
     cat "$f" >&2
     echo "test.sh: AddressSanitizer / LeakSanitizer reported (above, $f)" >&2
     asan_rc=1
-  else
-    echo "test.sh: $(basename "$f"): an empty sanitizer log (no report in it), not counted" >&2
   fi
 done
 rm -rf "$san"
