@@ -24,16 +24,13 @@ namespace {
 inline constexpr int64_t kAttnTile = 16;           // keys per tile (one vector of scores)
 // K rows are fetched this many tiles ahead while the scores are computed, V rows as far ahead in
 // each pass over the values (its own lines), a few lines per key or pair of keys: in bursts (a
-// tile's worth at once) the fetches waited for free fill buffers and held up the arithmetic. Into L2: 1,024
-// keys of TinyLlama's groups from memory took ~147 us on one core this way, 172 us with a burst
-// per tile into L1, 254 us with no fetches (~87 us with K/V in cache; bench_kernels
+// tile's worth at once) the fetches waited for free fill buffers and held up the arithmetic.
+// Into L2: 1,024 keys of TinyLlama's groups from memory took ~147 us on one core this way, 172 us
+// with a burst per tile into L1, 254 us with no fetches (~87 us with K/V in cache; bench_kernels
 // AttentionDecodeCold / AttentionDecode). Four tiles (8 KiB of a group's K ahead, the distance
 // the weight streams settled on too): 86-88 us cold against 96 at two, 91-94 at eight (Zen 5).
 // Fetching V during the scores as well gained nothing.
 inline constexpr int64_t kAttnPrefetchTiles = 4;
-
-// The cache row of the key visited t-th, keys visited from ring row rot (0 <= t, rot < C).
-inline int64_t attn_row(int64_t t, int64_t rot, int64_t C) { return t + rot < C ? t + rot : t + rot - C; }
 
 // The first tiles a pass reads, which the fetches ahead in the pass's loop never cover: keys [0,
 // min(Ce, kAttnPrefetchTiles tiles)) of a group (rows from `rot` on, as the pass visits them), all

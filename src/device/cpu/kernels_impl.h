@@ -381,6 +381,9 @@ inline float softmax_numerators(float* scores, int64_t C, float mx) {
   return Ops::hsum(sum);
 }
 
+// The cache row of the key visited t-th, keys visited from ring row rot (0 <= t, rot < C).
+inline int64_t attn_row(int64_t t, int64_t rot, int64_t C) { return t + rot < C ? t + rot : t + rot - C; }
+
 // One query head's attention (row r = (s, h) of q and out), keys visited from ring row `rot`.
 template <class Ops, GgmlType KT, GgmlType VT>
 void attention_one_row(const float* q, const uint8_t* k, const uint8_t* v, const float* mask, float* out,
@@ -403,7 +406,7 @@ void attention_one_row(const float* q, const uint8_t* k, const uint8_t* v, const
     float mx = kNegInf;
     const size_t key_stride = static_cast<size_t>(Hkv * k_head);
     for (int64_t t = 0; t < C; ++t) {
-      const int64_t row = t + rot < C ? t + rot : t + rot - C;
+      const int64_t row = attn_row(t, rot, C);
       if constexpr (KT != GgmlType::Q8_0) {
         // Four visible keys in a row: one gemv_tile of 4 rows interleaves their dot products (each
         // row's arithmetic is that of a tile of 1, so the same bits) instead of waiting for each
@@ -468,7 +471,7 @@ void attention_one_row(const float* q, const uint8_t* k, const uint8_t* v, const
         const float p = scores[t];
         if (p == 0.0f) continue;
         const V av = Ops::set1(p * inv);
-        const int64_t row = t + rot < C ? t + rot : t + rot - C;
+        const int64_t row = attn_row(t, rot, C);
         const uint8_t* vr = v + (row * Hkv + g) * v_head;
         NPULLM_UNROLL
         for (int i = 0; i < kVecs; ++i) {
@@ -515,7 +518,7 @@ void attention_heads(const float* q, const uint8_t* k, const uint8_t* v, const f
 
   // Scores: per key, the dot product with each head's query (gemv_tile's / dot_q8_0's order).
   for (int64_t t = 0; t < C; ++t) {
-    const int64_t row = t + rot < C ? t + rot : t + rot - C;
+    const int64_t row = attn_row(t, rot, C);
     const float mval = mrow ? mrow[row] : 0.0f;
     if (mval == kNegInf) {
       for (int64_t j = 0; j < n; ++j) scores[j * C + t] = kNegInf;
@@ -606,7 +609,7 @@ void attention_heads(const float* q, const uint8_t* k, const uint8_t* v, const f
           any = any || p[j] != 0.0f;
         }
         if (!any) continue;
-        const int64_t row = t + rot < C ? t + rot : t + rot - C;
+        const int64_t row = attn_row(t, rot, C);
         const uint8_t* vr = v + (row * Hkv + g) * v_head;
         if (k0 == 0 && row + kPrefetchKeys < C)
           for (int64_t l = 0; l < v_head; l += 64) __builtin_prefetch(vr + kPrefetchKeys * Hkv * v_head + l, 0, 3);
