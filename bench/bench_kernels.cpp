@@ -14,6 +14,7 @@
 // Prefill/<type>/M/K/N/<threads>  M tokens at once; FLOP/s = 2 M N K / time.
 // AttentionDecode/F16/C       one token's attention over C keys (TinyLlama's heads), one thread.
 // AttentionDecodeCold/F16/C   the same with K/V from memory (another copy each time, as in decode).
+// AttentionDecode[Cold]/Q8_0/1024  the same with a Q8_0 K/V cache (--kv-type q8_0).
 // AttentionDecode[Cold]HeadMajor/F16/1024  the same keys with each K/V head's rows contiguous
 //                             ([Hkv, C, hd], one group at a time) instead of the cache's [C, Hkv,
 //                             hd]: what that layout would be worth.
@@ -282,36 +283,36 @@ void BM_PrefillIsa(benchmark::State& st, std::string isa, GgmlType t, int64_t M,
 }
 
 // One decode token's attention over C keys with TinyLlama's heads (32 query heads sharing 4 K/V
-// heads of 64), F16 K/V, every key visible, on one thread: what one layer's Attention task costs
+// heads of 64), F16 (or Q8_0) K/V, every key visible, on one thread: what one layer's Attention task costs
 // at that context length (keys/s counts query-head x key pairs). Warm: the same K/V every call, in
 // cache. Cold: as in a decode step, where a layer's K/V was last read a whole token (all the
 // weights) ago: a different copy of K/V each call, from 512 MiB. Head-major: the same buffers read
 // as [Hkv, C, hd], each group one call over its own contiguous rows (Hkv = 1 there); the values
 // differ from the row-major run's, the work does not.
-void BM_AttentionDecode(benchmark::State& st, int64_t C, bool cold, bool head_major) {
+void BM_AttentionDecode(benchmark::State& st, int64_t C, bool cold, bool head_major, GgmlType kv) {
   const int64_t H = 32, Hkv = 4, hd = 64;
   std::vector<float> q(static_cast<size_t>(H * hd)), out(q.size()), work(static_cast<size_t>(cpu::attention_work_floats(C)));
   std::vector<float> kf(static_cast<size_t>(C * Hkv * hd));
   for (size_t i = 0; i < q.size(); ++i) q[i] = static_cast<float>((i * 7919) % 97) / 97.0f - 0.5f;
   for (size_t i = 0; i < kf.size(); ++i) kf[i] = static_cast<float>((i * 104729) % 89) / 89.0f - 0.5f;
   // K and V of copy c at 2c and 2c + 1 (the same values for both, as TinyLlama's shapes are).
-  const size_t bytes = static_cast<size_t>(ggml_row_bytes(GgmlType::F16, static_cast<int64_t>(kf.size())));
+  const size_t bytes = static_cast<size_t>(ggml_row_bytes(kv, static_cast<int64_t>(kf.size())));
   const size_t copies = cold ? std::max<size_t>(2, (size_t{512} << 20) / (2 * bytes)) : 1;
-  npullm::PageBuffer kv(2 * bytes * copies, true);
-  quantize_row(GgmlType::F16, kf.data(), kv.data(), static_cast<int64_t>(kf.size()));
-  for (size_t c = 1; c < 2 * copies; ++c) std::memcpy(kv.data() + c * bytes, kv.data(), bytes);
+  npullm::PageBuffer buf(2 * bytes * copies, true);
+  quantize_row(kv, kf.data(), buf.data(), static_cast<int64_t>(kf.size()));
+  for (size_t c = 1; c < 2 * copies; ++c) std::memcpy(buf.data() + c * bytes, buf.data(), bytes);
   std::vector<float> mask(static_cast<size_t>(C), 0.0f);
   size_t c = 0;
   for (auto _ : st) {
-    const uint8_t* k = kv.data() + 2 * c * bytes;
+    const uint8_t* k = buf.data() + 2 * c * bytes;
     if (head_major) {
       const int64_t group = H / Hkv;
       const size_t head = bytes / static_cast<size_t>(Hkv);  // one K/V head's C rows
       for (int64_t g = 0; g < Hkv; ++g)
-        cpu::attention(q.data() + g * group * hd, k + g * head, GgmlType::F16, k + bytes + g * head, GgmlType::F16, mask.data(),
+        cpu::attention(q.data() + g * group * hd, k + g * head, kv, k + bytes + g * head, kv, mask.data(),
                        out.data() + g * group * hd, group, 1, hd, C, 0, 0.125f, 0, group, work.data());
     } else {
-      cpu::attention(q.data(), k, GgmlType::F16, k + bytes, GgmlType::F16, mask.data(), out.data(), H, Hkv, hd, C, 0, 0.125f, 0,
+      cpu::attention(q.data(), k, kv, k + bytes, kv, mask.data(), out.data(), H, Hkv, hd, C, 0, 0.125f, 0,
                      H, work.data());
     }
     c = (c + 1) % copies;
@@ -331,12 +332,16 @@ int main(int argc, char** argv) {
   // TinyLlama-1.1B: ffn_up/gate (K 2048 -> N 5632), attn (2048 -> 2048), ffn_down (5632 -> 2048).
   const std::pair<int64_t, int64_t> decode_shapes[] = {{2048, 5632}, {2048, 2048}, {5632, 2048}};
   for (int64_t C : {32, 256, 1024})
-    benchmark::RegisterBenchmark(("AttentionDecode/F16/" + std::to_string(C)).c_str(), BM_AttentionDecode, C, false, false)
+    benchmark::RegisterBenchmark(("AttentionDecode/F16/" + std::to_string(C)).c_str(), BM_AttentionDecode, C, false, false, GgmlType::F16)
         ->Unit(benchmark::kMicrosecond);
-  benchmark::RegisterBenchmark("AttentionDecodeCold/F16/1024", BM_AttentionDecode, 1024, true, false)->Unit(benchmark::kMicrosecond);
-  benchmark::RegisterBenchmark("AttentionDecodeHeadMajor/F16/1024", BM_AttentionDecode, 1024, false, true)
+  benchmark::RegisterBenchmark("AttentionDecodeCold/F16/1024", BM_AttentionDecode, 1024, true, false, GgmlType::F16)->Unit(benchmark::kMicrosecond);
+  for (bool cold : {false, true})
+    benchmark::RegisterBenchmark(cold ? "AttentionDecodeCold/Q8_0/1024" : "AttentionDecode/Q8_0/1024", BM_AttentionDecode, 1024, cold,
+                                 false, GgmlType::Q8_0)
+        ->Unit(benchmark::kMicrosecond);
+  benchmark::RegisterBenchmark("AttentionDecodeHeadMajor/F16/1024", BM_AttentionDecode, 1024, false, true, GgmlType::F16)
       ->Unit(benchmark::kMicrosecond);
-  benchmark::RegisterBenchmark("AttentionDecodeColdHeadMajor/F16/1024", BM_AttentionDecode, 1024, true, true)
+  benchmark::RegisterBenchmark("AttentionDecodeColdHeadMajor/F16/1024", BM_AttentionDecode, 1024, true, true, GgmlType::F16)
       ->Unit(benchmark::kMicrosecond);
   for (int threads : {1, 2}) {
     benchmark::RegisterBenchmark(("Read/" + std::to_string(threads)).c_str(), BM_Read, threads)->UseRealTime();

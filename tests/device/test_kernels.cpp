@@ -919,33 +919,36 @@ TEST_P(KernelIsa, AttentionGroupsGiveTheBitsOfOneHeadAtATime) {
 
 // A decode row in a cache larger than its context: the mask hides every key from `valid` on (and a
 // few before). The result must be the bits of the same cache cut to its first `valid` rows, grouped
-// or one head at a time (the AVX-512 group path does not visit the hidden tail at all).
+// or one head at a time (the AVX-512 group path does not visit the hidden tail at all), for F16 and
+// Q8_0 K/V (both take that path).
 TEST_P(KernelIsa, AttentionOverAMaskedTailGivesTheBitsOfTheShorterCache) {
   struct Shape { int64_t H, Hkv, hd, C; };
   const Shape shapes[] = {{32, 4, 64, 300}, {14, 2, 64, 1152}, {8, 1, 128, 77}};
   uint32_t seed = 47000;
   for (const Shape& sh : shapes)
-    for (int64_t valid : {int64_t{1}, int64_t{15}, int64_t{16}, int64_t{17}, int64_t{37}, sh.C - 1}) {
-      SCOPED_TRACE("H=" + std::to_string(sh.H) + " C=" + std::to_string(sh.C) + " valid=" + std::to_string(valid));
-      AttnProblem full = make_attention(1, sh.H, sh.Hkv, sh.hd, sh.C, GgmlType::F16, GgmlType::F16, seed += 11);
-      for (int64_t t = 0; t < sh.C; ++t) full.mask[t] = t >= valid || (t % 13 == 5 && t + 1 < valid) ? -kInf : 0.0f;
-      AttnProblem cut = full;
-      cut.C = valid;
-      cut.mask.resize(static_cast<size_t>(valid));
-      const size_t row = static_cast<size_t>(sh.Hkv * sh.hd * 2);
-      cut.k.resize(row * static_cast<size_t>(valid));
-      cut.v.resize(row * static_cast<size_t>(valid));
-      std::vector<int64_t> one_by_one;
-      for (int64_t r = 0; r <= sh.H; ++r) one_by_one.push_back(r);
-      const std::vector<float> want = run_attention(cut, 0.125f, {0, sh.H});
-      const std::vector<float> grouped = run_attention(full, 0.125f, {0, sh.H});
-      const std::vector<float> alone = run_attention(full, 0.125f, one_by_one);
-      for (size_t i = 0; i < want.size(); ++i) {
-        ASSERT_TRUE(same_bits(want[i], grouped[i])) << "grouped, element " << i;
-        ASSERT_TRUE(same_bits(want[i], alone[i])) << "one head at a time, element " << i;
+    for (GgmlType kv : {GgmlType::F16, GgmlType::Q8_0})
+      for (int64_t valid : {int64_t{1}, int64_t{15}, int64_t{16}, int64_t{17}, int64_t{37}, sh.C - 1}) {
+        SCOPED_TRACE("H=" + std::to_string(sh.H) + " C=" + std::to_string(sh.C) + " valid=" + std::to_string(valid) +
+                     " kv=" + std::string(ggml_type_name(kv)));
+        AttnProblem full = make_attention(1, sh.H, sh.Hkv, sh.hd, sh.C, kv, kv, seed += 11);
+        for (int64_t t = 0; t < sh.C; ++t) full.mask[t] = t >= valid || (t % 13 == 5 && t + 1 < valid) ? -kInf : 0.0f;
+        AttnProblem cut = full;
+        cut.C = valid;
+        cut.mask.resize(static_cast<size_t>(valid));
+        const size_t row = ggml_row_bytes(kv, sh.Hkv * sh.hd);
+        cut.k.resize(row * static_cast<size_t>(valid));
+        cut.v.resize(row * static_cast<size_t>(valid));
+        std::vector<int64_t> one_by_one;
+        for (int64_t r = 0; r <= sh.H; ++r) one_by_one.push_back(r);
+        const std::vector<float> want = run_attention(cut, 0.125f, {0, sh.H});
+        const std::vector<float> grouped = run_attention(full, 0.125f, {0, sh.H});
+        const std::vector<float> alone = run_attention(full, 0.125f, one_by_one);
+        for (size_t i = 0; i < want.size(); ++i) {
+          ASSERT_TRUE(same_bits(want[i], grouped[i])) << "grouped, element " << i;
+          ASSERT_TRUE(same_bits(want[i], alone[i])) << "one head at a time, element " << i;
+        }
+        EXPECT_NE(want[0], 0.0f);
       }
-      EXPECT_NE(want[0], 0.0f);
-    }
 }
 
 TEST_P(KernelIsa, AttentionWithoutMaskAndEmptyCache) {

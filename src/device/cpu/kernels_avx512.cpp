@@ -101,11 +101,16 @@ struct Avx512Ops {
     return _mm512_mul_ps(_mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(q)), d);
   }
 
-  // Decode attention of a group of heads over F16 K/V (false: not a shape it handles).
-  static bool attention_group_f16(const float* q, const uint8_t* k, const uint8_t* v, const float* mrow, float* out,
-                                  int64_t n, int64_t Hkv, int64_t g, int64_t hd, int64_t C, int64_t rot, float scale,
-                                  float* scores) {
-    return attention_group_f16_dispatch<Avx512Ops>(q, k, v, mrow, out, n, Hkv, g, hd, C, rot, scale, scores);
+  // Decode attention of a group of heads over K/V both of type T, F16 or Q8_0 (false: not a type
+  // or shape it handles).
+  template <GgmlType T>
+  static bool attention_group(const float* q, const uint8_t* k, const uint8_t* v, const float* mrow, float* out,
+                              int64_t n, int64_t Hkv, int64_t g, int64_t hd, int64_t C, int64_t rot, float scale,
+                              float* scores) {
+    if constexpr (T == GgmlType::F16 || T == GgmlType::Q8_0)
+      return attention_group_dispatch<Avx512Ops, T>(q, k, v, mrow, out, n, Hkv, g, hd, C, rot, scale, scores);
+    else
+      return false;
   }
 
   template <GgmlType T>

@@ -1,7 +1,8 @@
-// Decode attention of a group of N query heads sharing one F16 K/V head of HD = 16 * NV dims (64,
-// 96, 128 or 256), AVX-512 only (included by kernels_avx512.cpp, after kernels_impl.h; the linkage
-// rule there applies). It gives every head the bits attention_one_row gives it; what changes is how the work
-// is laid out, because the per-key bookkeeping, not the arithmetic, was what cost:
+// Decode attention of a group of N query heads sharing one K/V head of HD = 16 * NV dims (64, 96,
+// 128 or 256), K and V both F16 or both Q8_0, AVX-512 only (included by kernels_avx512.cpp, after
+// kernels_impl.h; the linkage rule there applies). It gives every head the bits attention_one_row
+// gives it; what changes is how the work is laid out, because the per-key bookkeeping, not the
+// arithmetic, was what cost:
 //
 //  - Scores go 16 keys at a time. A key's dot product with a head is one 16-lane accumulator (the
 //    summation order of kernels_impl.h); its lanes are summed by hsum's fixed tree, pairing lane i
@@ -32,26 +33,64 @@ inline constexpr int64_t kAttnTile = 16;           // keys per tile (one vector 
 // Fetching V during the scores as well gained nothing.
 inline constexpr int64_t kAttnPrefetchTiles = 4;
 
+// One head of a K/V row of type T: its bytes, where its vector i (elements 16i ..) starts, and
+// vectors [I0, I0 + n) widened to float exactly as Ops' loaders widen them for attention_one_row
+// (F16: vcvtph2ps; Q8_0: float(q) * d, d widened once per block). Q8_0 (NV even: whole blocks of
+// 32) reads half the bytes of F16 at depth; its heads are 34 bytes a block, so not line-aligned.
+template <class Ops, GgmlType T, int NV>
+struct AttnHead;
+
+template <class Ops, int NV>
+struct AttnHead<Ops, GgmlType::F16, NV> {
+  static constexpr int64_t bytes = 32 * NV;
+  static constexpr int64_t off(int i) { return 32 * i; }
+  template <int I0, int n>
+  static void widen(const uint8_t* h, __m512 (&out)[n]) {
+#pragma GCC unroll 16
+    for (int i = 0; i < n; ++i)
+      out[i] = _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(h + off(I0 + i))));
+  }
+};
+
+template <class Ops, int NV>
+struct AttnHead<Ops, GgmlType::Q8_0, NV> {
+  static_assert(NV % 2 == 0, "a Q8_0 head is whole blocks of 32");
+  static constexpr int64_t bytes = NV / 2 * 34;
+  static constexpr int64_t off(int i) { return i / 2 * 34 + 2 + i % 2 * 16; }
+  template <int I0, int n>
+  static void widen(const uint8_t* h, __m512 (&out)[n]) {
+    __m512 d = Ops::q8_scale(h + I0 / 2 * 34);
+#pragma GCC unroll 16
+    for (int i = 0; i < n; ++i) {
+      if (i > 0 && (I0 + i) % 2 == 0) d = Ops::q8_scale(h + (I0 + i) / 2 * 34);
+      out[i] = Ops::load_q8(h + off(I0 + i), d);
+    }
+  }
+};
+
+// Fetches the lines of bytes [p, p + n) into L2.
+inline void attn_fetch(const uint8_t* p, int64_t n) {
+  const uintptr_t a = reinterpret_cast<uintptr_t>(p);
+  for (uintptr_t l = a & ~uintptr_t{63}; l < a + static_cast<uintptr_t>(n); l += 64)
+    _mm_prefetch(reinterpret_cast<const char*>(l), _MM_HINT_T1);
+}
+
 // The first tiles a pass reads, which the fetches ahead in the pass's loop never cover: keys [0,
 // min(Ce, kAttnPrefetchTiles tiles)) of a group (rows from `rot` on, as the pass visits them), all
 // at once. Before the scores and before the softmax (whose e^x then run while V's first rows come
 // in): AttentionDecodeCold/F16/1024 145-147 -> 134-135 us (Xeon, one thread, 2 runs of 7), warm
 // level; TinyLlama Q4_0 at depth 1,024 the attention stage 1.62 -> 1.50-1.56 ms a token, 3 pairs.
-template <int NV>
+template <class Head>
 inline void attn_fetch_start(const uint8_t* base, int64_t stride, int64_t C, int64_t Ce, int64_t rot) {
   const int64_t n = Ce < kAttnPrefetchTiles * kAttnTile ? Ce : kAttnPrefetchTiles * kAttnTile;
-  for (int64_t t = 0; t < n; ++t) {
-    const int64_t row = attn_row(t, rot, C);
-    for (int64_t l = 0; l < 32 * NV; l += 64) _mm_prefetch(reinterpret_cast<const char*>(base + row * stride + l), _MM_HINT_T1);
-  }
+  for (int64_t t = 0; t < n; ++t) attn_fetch(base + attn_row(t, rot, C) * stride, Head::bytes);
 }
 
 // One key's dot products with the N heads' queries (q is [N, HD]), in attention_heads' order.
-template <int N, int NV>
+template <class Head, int N, int NV>
 inline void attn_key_dots(const float* q, const uint8_t* kr, __m512 (&acc)[N]) {
   __m512 kv[NV];
-#pragma GCC unroll 16
-  for (int i = 0; i < NV; ++i) kv[i] = _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(kr + 32 * i)));
+  Head::template widen<0, NV>(kr, kv);
 #pragma GCC unroll 16
   for (int j = 0; j < N; ++j) {
     acc[j] = _mm512_setzero_ps();
@@ -63,14 +102,11 @@ inline void attn_key_dots(const float* q, const uint8_t* kr, __m512 (&acc)[N]) {
 // Two keys' dot products with the N heads' queries (a for kr0, b for kr1): each lane's sum is
 // attn_key_dots' (the same fma chain over the NV vectors), but both keys share each q load and
 // the heads' chains are interleaved, so the fma's latency is covered by independent work.
-template <int N, int NV>
+template <class Head, int N, int NV>
 inline void attn_key_dots2(const float* q, const uint8_t* kr0, const uint8_t* kr1, __m512 (&a)[N], __m512 (&b)[N]) {
   __m512 ka[NV], kb[NV];
-#pragma GCC unroll 16
-  for (int i = 0; i < NV; ++i) {
-    ka[i] = _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(kr0 + 32 * i)));
-    kb[i] = _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(kr1 + 32 * i)));
-  }
+  Head::template widen<0, NV>(kr0, ka);
+  Head::template widen<0, NV>(kr1, kb);
 #pragma GCC unroll 16
   for (int j = 0; j < N; ++j) {
     const __m512 qv = _mm512_loadu_ps(q + j * 16 * NV);
@@ -107,7 +143,7 @@ inline __m512 attn_reduce16(const float* lvl1) {
 
 // Heads [J0, J0 + NH) of the group, value vectors [D0, D0 + ND) of HD: out_j += p_jt v_t over the
 // keys in order, accumulators in registers across all keys.
-template <int N, int NV, int J0, int NH, int D0, int ND>
+template <class Head, int N, int NV, int J0, int NH, int D0, int ND>
 inline void attn_value_pass(const uint8_t* vg, int64_t stride, int64_t C, int64_t Ce, int64_t rot,
                             const float* scores, const float (&inv)[N], const bool (&live)[N], float* out) {
   constexpr int HD = 16 * NV;
@@ -130,20 +166,19 @@ inline void attn_value_pass(const uint8_t* vg, int64_t stride, int64_t C, int64_
         _mm512_store_ps(pn[j], _mm512_mul_ps(e, _mm512_set1_ps(inv[J0 + j])));
       }
       if (zero == 0) {
-        const uint8_t* vt = vg + row0 * stride + 32 * D0;
+        const uint8_t* vt = vg + row0 * stride;
         // Each pass fetches the lines of its own vectors (an 8-head group of 64 dims: line 0 in the
         // first pass, line 1 in the second). The first pass fetching all of them left it waiting on
         // memory and the second with nothing to fetch: AttentionDecodeCold/F16/1024 median 137 ->
         // 133 us (5 runs of 9 each), the attention stage at depth 1,024 (TinyLlama Q4_0) 1.47-1.50
         // -> 1.41-1.44 ms a token, 3 alternated pairs.
         const bool fetch = J0 == 0 && row0 + (kAttnPrefetchTiles + 1) * kAttnTile <= Ce;
+        // (From the head's start in the first pass, so a Q8_0 block's d comes in with its values.)
+        constexpr int64_t f0 = D0 == 0 ? 0 : Head::off(D0), f1 = Head::off(D0 + ND - 1) + 16;
         for (int64_t tt = 0; tt < kAttnTile; ++tt, vt += stride) {
-          if (fetch)
-            for (int64_t l = 32 * D0 / 64 * 64; l < 32 * (D0 + ND); l += 64)
-              _mm_prefetch(reinterpret_cast<const char*>(vt - 32 * D0 + kAttnPrefetchTiles * kAttnTile * stride + l), _MM_HINT_T1);
+          if (fetch) attn_fetch(vt + kAttnPrefetchTiles * kAttnTile * stride + f0, f1 - f0);
           __m512 vv[ND];
-#pragma GCC unroll 16
-          for (int i = 0; i < ND; ++i) vv[i] = _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(vt + 32 * i)));
+          Head::template widen<D0, ND>(vt, vv);
 #pragma GCC unroll 16
           for (int j = 0; j < NH; ++j) {
             const __m512 p = _mm512_set1_ps(pn[j][tt]);
@@ -166,10 +201,8 @@ inline void attn_value_pass(const uint8_t* vg, int64_t stride, int64_t C, int64_
         any = any || p[j] != 0.0f;
       }
       if (!any) continue;
-      const uint8_t* vr = vg + row * stride + 32 * D0;
       __m512 vv[ND];
-#pragma GCC unroll 16
-      for (int i = 0; i < ND; ++i) vv[i] = _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(vr + 32 * i)));
+      Head::template widen<D0, ND>(vg + row * stride, vv);
 #pragma GCC unroll 16
       for (int j = 0; j < NH; ++j) {
         if (p[j] == 0.0f) continue;
@@ -187,21 +220,22 @@ inline void attn_value_pass(const uint8_t* vg, int64_t stride, int64_t C, int64_
 
 // Passes over the values: all heads (up to 8) and as many vectors as make 16 accumulators or
 // fewer, so each V vector is widened once (8 heads of 64: two passes of 2 vectors).
-template <int N, int NV, int J0, int D0>
+template <class Head, int N, int NV, int J0, int D0>
 inline void attn_value_passes(const uint8_t* vg, int64_t stride, int64_t C, int64_t Ce, int64_t rot,
                               const float* scores, const float (&inv)[N], const bool (&live)[N], float* out) {
   constexpr int NH = N - J0 < 8 ? N - J0 : 8;
   constexpr int ND = NV - D0 < 16 / NH ? NV - D0 : 16 / NH;
-  attn_value_pass<N, NV, J0, NH, D0, ND>(vg, stride, C, Ce, rot, scores, inv, live, out);
-  if constexpr (D0 + ND < NV) attn_value_passes<N, NV, J0, D0 + ND>(vg, stride, C, Ce, rot, scores, inv, live, out);
-  else if constexpr (J0 + NH < N) attn_value_passes<N, NV, J0 + NH, 0>(vg, stride, C, Ce, rot, scores, inv, live, out);
+  attn_value_pass<Head, N, NV, J0, NH, D0, ND>(vg, stride, C, Ce, rot, scores, inv, live, out);
+  if constexpr (D0 + ND < NV) attn_value_passes<Head, N, NV, J0, D0 + ND>(vg, stride, C, Ce, rot, scores, inv, live, out);
+  else if constexpr (J0 + NH < N) attn_value_passes<Head, N, NV, J0 + NH, 0>(vg, stride, C, Ce, rot, scores, inv, live, out);
 }
 
 // Group g's N heads: q and out are [N, HD], mrow the query's mask row (or null), scores N * C.
-template <class Ops, int N, int NV>
-void attention_group_f16(const float* q, const uint8_t* k, const uint8_t* v, const float* mrow, float* out,
-                         int64_t Hkv, int64_t g, int64_t C, int64_t rot, float scale, float* scores) {
-  constexpr int64_t head = 32 * NV;  // bytes of one head in a K/V row
+template <class Ops, GgmlType T, int N, int NV>
+void attention_group(const float* q, const uint8_t* k, const uint8_t* v, const float* mrow, float* out,
+                     int64_t Hkv, int64_t g, int64_t C, int64_t rot, float scale, float* scores) {
+  using Head = AttnHead<Ops, T, NV>;
+  constexpr int64_t head = Head::bytes;  // bytes of one head in a K/V row
   constexpr float kNegInf = -__builtin_inff();
   const int64_t stride = Hkv * head;
   const uint8_t* kg = k + g * head;
@@ -223,7 +257,7 @@ void attention_group_f16(const float* q, const uint8_t* k, const uint8_t* v, con
     while (Ce > 0 && mrow[Ce - 1] == kNegInf) --Ce;
   }
 
-  attn_fetch_start<NV>(kg, stride, C, Ce, rot);
+  attn_fetch_start<Head>(kg, stride, C, Ce, rot);
   alignas(64) float lvl1[N][kAttnTile / 2][16];
   for (int64_t t0 = 0; t0 < Ce; t0 += kAttnTile) {
     const int64_t row0 = attn_row(t0, rot, C);
@@ -240,13 +274,12 @@ void attention_group_f16(const float* q, const uint8_t* k, const uint8_t* v, con
         const bool fetch = row0 + (kAttnPrefetchTiles + 1) * kAttnTile <= Ce;
         const int64_t ahead = (kAttnPrefetchTiles * kAttnTile) * stride;
         for (int m = 0; m < kAttnTile / 2; ++m) {
-          if (fetch)
-            for (int64_t l = 0; l < 2 * head; l += 64) {
-              const int64_t off = (2 * m + l / head) * stride + l % head;
-              _mm_prefetch(reinterpret_cast<const char*>(kt + ahead + off), _MM_HINT_T1);
-            }
+          if (fetch) {
+            attn_fetch(kt + ahead + 2 * m * stride, head);
+            attn_fetch(kt + ahead + (2 * m + 1) * stride, head);
+          }
           __m512 a[N], b[N];
-          attn_key_dots2<N, NV>(q, kt + 2 * m * stride, kt + (2 * m + 1) * stride, a, b);
+          attn_key_dots2<Head, N, NV>(q, kt + 2 * m * stride, kt + (2 * m + 1) * stride, a, b);
 #pragma GCC unroll 16
           for (int j = 0; j < N; ++j)  // i + 8: one key per 256-bit half
             _mm512_store_ps(lvl1[j][m], _mm512_add_ps(_mm512_shuffle_f32x4(a[j], b[j], 0x44), _mm512_shuffle_f32x4(a[j], b[j], 0xEE)));
@@ -269,7 +302,7 @@ void attention_group_f16(const float* q, const uint8_t* k, const uint8_t* v, con
         continue;
       }
       __m512 a[N];
-      attn_key_dots<N, NV>(q, kg + row * stride, a);
+      attn_key_dots<Head, N, NV>(q, kg + row * stride, a);
 #pragma GCC unroll 16
       for (int j = 0; j < N; ++j) {
         const float sc = scale * Ops::hsum(a[j]) + mval;
@@ -280,7 +313,7 @@ void attention_group_f16(const float* q, const uint8_t* k, const uint8_t* v, con
   }
 
   // The value pass's first rows come in while the weights' e^x are taken.
-  attn_fetch_start<NV>(vg, stride, C, Ce, rot);
+  attn_fetch_start<Head>(vg, stride, C, Ce, rot);
   float inv[N];
   bool live[N];
   bool any_live = false;
@@ -290,26 +323,27 @@ void attention_group_f16(const float* q, const uint8_t* k, const uint8_t* v, con
     inv[j] = live[j] ? 1.0f / softmax_numerators<Ops>(scores + j * C, Ce, m) : 0.0f;
     any_live = any_live || live[j];
   }
-  if (any_live) attn_value_passes<N, NV, 0, 0>(vg, stride, C, Ce, rot, scores, inv, live, out);
+  if (any_live) attn_value_passes<Head, N, NV, 0, 0>(vg, stride, C, Ce, rot, scores, inv, live, out);
   for (int j = 0; j < N; ++j)  // a head that sees no key (fully masked, or a NaN query): zeros
     if (!live[j])
       for (int i = 0; i < 16 * NV; ++i) out[j * 16 * NV + i] = 0.0f;
 }
 
-// attention_heads' hook (kernels_impl.h): the group when K and V are F16 and HD one of the common sizes.
-template <class Ops>
-bool attention_group_f16_dispatch(const float* q, const uint8_t* k, const uint8_t* v, const float* mrow, float* out,
-                                  int64_t n, int64_t Hkv, int64_t g, int64_t hd, int64_t C, int64_t rot, float scale,
-                                  float* scores) {
+// attention_heads' hook (kernels_impl.h): the group when K and V are both T (F16 or Q8_0) and HD
+// one of the common sizes.
+template <class Ops, GgmlType T>
+bool attention_group_dispatch(const float* q, const uint8_t* k, const uint8_t* v, const float* mrow, float* out,
+                              int64_t n, int64_t Hkv, int64_t g, int64_t hd, int64_t C, int64_t rot, float scale,
+                              float* scores) {
   auto run = [&]<int NV>() {
     switch (n) {
-      case 2: attention_group_f16<Ops, 2, NV>(q, k, v, mrow, out, Hkv, g, C, rot, scale, scores); return true;
-      case 3: attention_group_f16<Ops, 3, NV>(q, k, v, mrow, out, Hkv, g, C, rot, scale, scores); return true;
-      case 4: attention_group_f16<Ops, 4, NV>(q, k, v, mrow, out, Hkv, g, C, rot, scale, scores); return true;
-      case 5: attention_group_f16<Ops, 5, NV>(q, k, v, mrow, out, Hkv, g, C, rot, scale, scores); return true;
-      case 6: attention_group_f16<Ops, 6, NV>(q, k, v, mrow, out, Hkv, g, C, rot, scale, scores); return true;
-      case 7: attention_group_f16<Ops, 7, NV>(q, k, v, mrow, out, Hkv, g, C, rot, scale, scores); return true;
-      case 8: attention_group_f16<Ops, 8, NV>(q, k, v, mrow, out, Hkv, g, C, rot, scale, scores); return true;
+      case 2: attention_group<Ops, T, 2, NV>(q, k, v, mrow, out, Hkv, g, C, rot, scale, scores); return true;
+      case 3: attention_group<Ops, T, 3, NV>(q, k, v, mrow, out, Hkv, g, C, rot, scale, scores); return true;
+      case 4: attention_group<Ops, T, 4, NV>(q, k, v, mrow, out, Hkv, g, C, rot, scale, scores); return true;
+      case 5: attention_group<Ops, T, 5, NV>(q, k, v, mrow, out, Hkv, g, C, rot, scale, scores); return true;
+      case 6: attention_group<Ops, T, 6, NV>(q, k, v, mrow, out, Hkv, g, C, rot, scale, scores); return true;
+      case 7: attention_group<Ops, T, 7, NV>(q, k, v, mrow, out, Hkv, g, C, rot, scale, scores); return true;
+      case 8: attention_group<Ops, T, 8, NV>(q, k, v, mrow, out, Hkv, g, C, rot, scale, scores); return true;
       default: return false;
     }
   };

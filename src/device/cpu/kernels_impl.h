@@ -509,9 +509,10 @@ void attention_heads(const float* q, const uint8_t* k, const uint8_t* v, const f
   constexpr int W = Ops::W;
   constexpr int G = kGroupHeads;
   constexpr float kNegInf = -__builtin_inff();
-  // An ISA may lay the common case out its own way (same bits): kernels_avx512_attention.h.
-  if constexpr (KT == GgmlType::F16 && VT == GgmlType::F16 && requires { &Ops::attention_group_f16; })
-    if (Ops::attention_group_f16(q, k, v, mrow, out, n, Hkv, g, hd, C, rot, scale, scores)) return;
+  // An ISA may lay the common cases (K and V of one type) out its own way, with the same bits:
+  // kernels_avx512_attention.h.
+  if constexpr (KT == VT && requires { &Ops::template attention_group<KT>; })
+    if (Ops::template attention_group<KT>(q, k, v, mrow, out, n, Hkv, g, hd, C, rot, scale, scores)) return;
   const int64_t k_head = head_bytes<KT>(hd), v_head = head_bytes<VT>(hd);
   float mx[G];
   for (int j = 0; j < G; ++j) mx[j] = kNegInf;
