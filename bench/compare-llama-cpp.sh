@@ -3,7 +3,7 @@
 # thread count, back to back, file by file (the machine is shared: only ratios taken in one run
 # mean anything).
 #
-#   bench/compare-llama-cpp.sh [-t THREADS] [-r REPS] [-p N] [-n N] [-d DEPTH] [-b BUSY] [-o DIR] [MODEL.gguf ...]
+#   bench/compare-llama-cpp.sh [-t THREADS] [-r REPS] [-p N] [-n N] [-d DEPTH] [-b BUSY] [-k KV] [-o DIR] [MODEL.gguf ...]
 #
 # Without models it makes the five benchmark files of the speed issues and one Q4_K_M file per
 # newer family (Qwen3-0.6B, Gemma-3-1B, Phi-4-mini shapes) with `npullm synth` in DIR (default
@@ -21,16 +21,18 @@
 # ratio, median over pairs: a shared machine's memory speed moves within minutes); and, with
 # -b BUSY > 0, tg again with BUSY busy-looping processes beside each program (started and killed
 # by this script, the same for both). With -b, stories260K (../shared) is also timed with 1 and 2 threads under that load.
+# -k KV: the K/V cache type of every run of both programs (npullm --kv-type, llama-bench -ctk/-ctv;
+# default f16; q8_0 halves the bytes attention reads at depth); the raw outputs then carry it in their names.
 # npullm's roofline column: tg x weight bytes per token / the read bandwidth `npullm bench`
 # measured in the same run (cli/bandwidth.cpp).
 # Results: DIR/compare-<date>.md (a table) and the raw outputs beside it.
 set -euo pipefail
 cd "$(dirname "$0")/.."
-threads=2 reps=3 n_prompt=512 n_gen=128 depth=1024 busy=0 dir=/tmp/npullm-bench
-while getopts "t:r:p:n:d:b:o:" opt; do
+threads=2 reps=3 n_prompt=512 n_gen=128 depth=1024 busy=0 kv=f16 dir=/tmp/npullm-bench
+while getopts "t:r:p:n:d:b:k:o:" opt; do
   case $opt in
     t) threads=$OPTARG ;; r) reps=$OPTARG ;; p) n_prompt=$OPTARG ;; n) n_gen=$OPTARG ;; d) depth=$OPTARG ;;
-    b) busy=$OPTARG ;; o) dir=$OPTARG ;; *) exit 2 ;;
+    b) busy=$OPTARG ;; k) kv=$OPTARG ;; o) dir=$OPTARG ;; *) exit 2 ;;
   esac
 done
 shift $((OPTIND - 1))
@@ -89,24 +91,24 @@ trap stop_busy EXIT
 llama_tps() {  # out.json, llama-bench args...
   local out=$1
   shift
-  if "$src/build-native/bin/llama-bench" "$@" -t "$threads" -r "$reps" -o json >"$out" 2>"$out.err"; then
+  if "$src/build-native/bin/llama-bench" "$@" -ctk "$kv" -ctv "$kv" -t "$threads" -r "$reps" -o json >"$out" 2>"$out.err"; then
     python3 -c 'import json,sys; print("%.1f" % json.load(open(sys.argv[1]))[0]["avg_ts"], "")' "$out"
   else
     build_noamx
-    "$src/build-noamx/bin/llama-bench" "$@" -t "$threads" -r "$reps" -o json >"$out" 2>>"$out.err"
+    "$src/build-noamx/bin/llama-bench" "$@" -ctk "$kv" -ctv "$kv" -t "$threads" -r "$reps" -o json >"$out" 2>>"$out.err"
     python3 -c 'import json,sys; print("%.1f" % json.load(open(sys.argv[1]))[0]["avg_ts"], "*")' "$out"
   fi
 }
 npullm_json() {  # out.json, threads, npullm bench args...
   local out=$1 t=$2
   shift 2
-  "$npullm" bench "$@" -t "$t" -r "$reps" --json >"$out"
+  "$npullm" bench "$@" --kv-type "$kv" -t "$t" -r "$reps" --json >"$out"
 }
 field() { python3 -c 'import json,sys; d=json.load(open(sys.argv[1])); print(sys.argv[3] % eval(sys.argv[2], {}, {"d": d}))' "$@"; }  # file expr format
 
 out="$dir/compare-$(date +%Y%m%d-%H%M%S).md"
 {
-  echo "threads $threads, $reps repetitions, pp$n_prompt / tg$n_gen, depth $depth, busy $busy; $(nproc) cores, load $(cut -d' ' -f1-3 /proc/loadavg)"
+  echo "threads $threads, $reps repetitions, pp$n_prompt / tg$n_gen, depth $depth, busy $busy, K/V $kv; $(nproc) cores, load $(cut -d' ' -f1-3 /proc/loadavg)"
   echo "llama.cpp 80fb11a built with GGML_NATIVE=ON; * = that test crashed in the native build and was taken with its AVX-512 build without AMX"
   echo
   head="| model | pp llama.cpp | pp npullm | ratio | tg llama.cpp | tg npullm | ratio | npullm roofline | tg@d$depth llama.cpp | tg@d$depth npullm | ratio | npullm d$depth / d32 (pairs) |"
@@ -117,6 +119,7 @@ out="$dir/compare-$(date +%Y%m%d-%H%M%S).md"
 } >"$out"
 for m in "${models[@]}"; do
   name=$(basename "$m" .gguf)
+  [ "$kv" = f16 ] || name+=".kv-$kv"
   read -r lpp lpp_mark < <(llama_tps "$dir/$name.llama.pp.json" -m "$m" -p "$n_prompt" -n 0)
   read -r ltg ltg_mark < <(llama_tps "$dir/$name.llama.tg.json" -m "$m" -p 0 -n "$n_gen")
   read -r ltd ltd_mark < <(llama_tps "$dir/$name.llama.tgd.json" -m "$m" -p 0 -n "$n_gen" -d "$depth")
