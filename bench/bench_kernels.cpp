@@ -283,12 +283,12 @@ void BM_PrefillIsa(benchmark::State& st, std::string isa, GgmlType t, int64_t M,
 }
 
 // One decode token's attention over C keys with TinyLlama's heads (32 query heads sharing 4 K/V
-// heads of 64), F16 (or Q8_0) K/V, every key visible, on one thread: what one layer's Attention task costs
-// at that context length (keys/s counts query-head x key pairs). Warm: the same K/V every call, in
-// cache. Cold: as in a decode step, where a layer's K/V was last read a whole token (all the
-// weights) ago: a different copy of K/V each call, from 512 MiB. Head-major: the same buffers read
-// as [Hkv, C, hd], each group one call over its own contiguous rows (Hkv = 1 there); the values
-// differ from the row-major run's, the work does not.
+// heads of 64), K/V of type kv (F16 or Q8_0), every key visible, on one thread: what one layer's
+// Attention task costs at that context length (keys/s counts query-head x key pairs). Warm: the
+// same K/V every call, in cache. Cold: as in a decode step, where a layer's K/V was last read a
+// whole token (all the weights) ago: a different copy of K/V each call, from 512 MiB. Head-major:
+// the same buffers read as [Hkv, C, hd], each group one call over its own contiguous rows (Hkv = 1
+// there); the values differ from the row-major run's, the work does not.
 void BM_AttentionDecode(benchmark::State& st, int64_t C, bool cold, bool head_major, GgmlType kv) {
   const int64_t H = 32, Hkv = 4, hd = 64;
   std::vector<float> q(static_cast<size_t>(H * hd)), out(q.size()), work(static_cast<size_t>(cpu::attention_work_floats(C)));
