@@ -48,7 +48,7 @@ struct AttnHead<Ops, GgmlType::F16, NV> {
   static void widen(const uint8_t* h, __m512 (&out)[n]) {
 #pragma GCC unroll 16
     for (int i = 0; i < n; ++i)
-      out[i] = _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(h + off(I0 + i))));
+      out[i] = Ops::template load_w<GgmlType::F16>(h, 16 * (I0 + i));  // bytes off(I0 + i) on
   }
 };
 
