@@ -79,6 +79,7 @@ class Cursor {
   size_t pos() const { return pos_; }
   size_t remaining() const { return size_ - pos_; }
   uint64_t array_elements = 0;  // metadata array elements read so far (kMaxArrayElements)
+  bool keep_large_arrays = true;  // GgufArrays::kAll
   const std::string& label() const { return label_; }
 
   [[noreturn]] void fail_at(size_t offset, std::string_view what, std::string_view expected) const {
@@ -165,6 +166,11 @@ GgufValue read_array(Cursor& cur, const std::string& ctx, int depth) {
                                       kMaxArrayElements),
                 fmt::format("at most {} array elements in all", kMaxArrayElements));
   cur.array_elements += count;
+  if (!cur.keep_large_arrays && count > kGgufLargeArray) {  // checked element by element, then let go
+    for (uint64_t i = 0; i < count; ++i) read_value(cur, out.elem_type, ctx, depth);
+    out.v = count;
+    return out;
+  }
   std::vector<GgufValue> elems;
   elems.reserve(static_cast<size_t>(count));
   for (uint64_t i = 0; i < count; ++i) elems.push_back(read_value(cur, out.elem_type, ctx, depth));
@@ -369,9 +375,18 @@ const std::string& GgufValue::as_string(const std::string& what) const {
 }
 
 const std::vector<GgufValue>& GgufValue::as_array(const std::string& what) const {
+  if (type != GgufValueType::ARRAY) fail("{}: has type {} (expected ARRAY)", what, describe_type(*this));
   const auto* a = std::get_if<std::vector<GgufValue>>(&v);
-  if (type != GgufValueType::ARRAY || !a) fail("{}: has type {} (expected ARRAY)", what, describe_type(*this));
+  if (!a)
+    fail("{}: an array of {} elements that this reader did not keep (opened without its large arrays)", what,
+         array_size(what));
   return *a;
+}
+
+size_t GgufValue::array_size(const std::string& what) const {
+  if (type != GgufValueType::ARRAY) fail("{}: has type {} (expected ARRAY)", what, describe_type(*this));
+  if (const auto* a = std::get_if<std::vector<GgufValue>>(&v)) return a->size();
+  return static_cast<size_t>(std::get<uint64_t>(v));
 }
 
 // ---- GgufTensorInfo -----------------------------------------------------------------------------
@@ -399,7 +414,7 @@ struct FdGuard {
 };
 }  // namespace
 
-std::unique_ptr<GgufFile> GgufFile::open(const std::string& path) {
+std::unique_ptr<GgufFile> GgufFile::open(const std::string& path, GgufArrays arrays) {
   FdGuard fd{::open(path.c_str(), O_RDONLY | O_CLOEXEC)};
   if (fd.fd < 0) fail("{}: cannot open: {}", path, std::strerror(errno));
   struct stat st {};
@@ -415,17 +430,17 @@ std::unique_ptr<GgufFile> GgufFile::open(const std::string& path) {
     f->base_ = static_cast<const uint8_t*>(p);
     f->owns_mapping_ = true;
   }
-  f->parse();  // on failure the unique_ptr unmaps
+  f->parse(arrays);  // on failure the unique_ptr unmaps
   return f;
 }
 
-std::unique_ptr<GgufFile> GgufFile::from_memory(const uint8_t* data, size_t size, std::string label) {
+std::unique_ptr<GgufFile> GgufFile::from_memory(const uint8_t* data, size_t size, std::string label, GgufArrays arrays) {
   if (data == nullptr && size > 0) fail("{}: null data pointer for {} bytes", label, size);
   std::unique_ptr<GgufFile> f(new GgufFile());
   f->path_ = std::move(label);
   f->base_ = data;
   f->size_ = size;
-  f->parse();
+  f->parse(arrays);
   return f;
 }
 
@@ -527,11 +542,11 @@ void check_vocab_lengths(const Cursor& cur, const KvList& kv, const NameIndex& i
                          const std::vector<size_t>& value_at) {
   const auto tokens = index.find("tokenizer.ggml.tokens");
   if (tokens == index.end()) return;
-  const size_t n = kv[tokens->second].second.as_array(cur.label()).size();
+  const size_t n = kv[tokens->second].second.array_size(cur.label());
   for (const char* key : {"tokenizer.ggml.scores", "tokenizer.ggml.token_type"}) {
     const auto it = index.find(key);
     if (it == index.end()) continue;
-    const size_t m = kv[it->second].second.as_array(cur.label()).size();
+    const size_t m = kv[it->second].second.array_size(cur.label());
     if (m != n)
       cur.fail_at(value_at[it->second],
                   fmt::format("key '{}' has {} entries but tokenizer.ggml.tokens has {}", key, m, n),
@@ -602,8 +617,9 @@ void place_tensors(const Cursor& cur, const uint8_t* base, size_t size, uint64_t
 
 }  // namespace
 
-void GgufFile::parse() {
+void GgufFile::parse(GgufArrays arrays) {
   Cursor cur(base_, size_, path_);
+  cur.keep_large_arrays = arrays == GgufArrays::kAll;
   const Header h = read_header(cur, base_);
   version_ = h.version;
   const std::vector<size_t> value_at = read_metadata(cur, h.n_kv, kv_, kv_index_);

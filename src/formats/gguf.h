@@ -25,7 +25,16 @@ enum class GgufValueType : uint32_t {
   U64 = 10, I64 = 11, F64 = 12,
 };
 
-// One metadata value. Arrays keep their element type (nested arrays are arrays of GgufValue).
+// How much of the metadata GgufFile keeps. kWithoutLarge: an array of more than kGgufLargeArray
+// elements is read and checked as any other but only its length is kept. Those are a vocabulary's
+// tokens, scores, types and merges, a GgufValue of ~48 bytes an element (7 MiB of heap for a
+// 151,936-token Qwen2.5 vocabulary, more with its merges) that a runtime never reads: the tokenizer
+// builds its own tables from a reader that keeps them and lets it go.
+enum class GgufArrays { kAll, kWithoutLarge };
+inline constexpr uint64_t kGgufLargeArray = 4096;
+
+// One metadata value. Arrays keep their element type (nested arrays are arrays of GgufValue); an
+// array that was not kept (GgufArrays::kWithoutLarge) holds its length (uint64_t) instead.
 struct GgufValue {
   GgufValueType type = GgufValueType::U8;
   GgufValueType elem_type = GgufValueType::U8;  // for ARRAY
@@ -40,7 +49,9 @@ struct GgufValue {
   double as_float(const std::string& what) const;      // F32/F64 and integers
   bool as_bool(const std::string& what) const;
   const std::string& as_string(const std::string& what) const;
-  const std::vector<GgufValue>& as_array(const std::string& what) const;
+  const std::vector<GgufValue>& as_array(const std::string& what) const;  // throws for an array not kept
+  size_t array_size(const std::string& what) const;                       // kept or not
+  bool is_kept_array() const { return is_array() && std::holds_alternative<std::vector<GgufValue>>(v); }
 };
 
 std::string_view gguf_value_type_name(GgufValueType t);
@@ -60,9 +71,10 @@ struct GgufTensorInfo {
 class GgufFile {
  public:
   // Maps and validates `path`. Throws npullm::Error with "<path>: <problem> at offset N".
-  static std::unique_ptr<GgufFile> open(const std::string& path);
+  static std::unique_ptr<GgufFile> open(const std::string& path, GgufArrays arrays = GgufArrays::kAll);
   // Validates an in-memory image (not copied; must outlive the GgufFile). `label` names it in errors.
-  static std::unique_ptr<GgufFile> from_memory(const uint8_t* data, size_t size, std::string label);
+  static std::unique_ptr<GgufFile> from_memory(const uint8_t* data, size_t size, std::string label,
+                                               GgufArrays arrays = GgufArrays::kAll);
   ~GgufFile();
   GgufFile(const GgufFile&) = delete;
   GgufFile& operator=(const GgufFile&) = delete;
@@ -97,7 +109,7 @@ class GgufFile {
 
  private:
   GgufFile() = default;
-  void parse();
+  void parse(GgufArrays arrays);
 
   std::string path_;
   const uint8_t* base_ = nullptr;

@@ -15,6 +15,7 @@
 #include <fmt/ranges.h>
 
 #include "common/error.h"
+#include "formats/gguf.h"
 #include "genai/chat_format.h"
 #include "genai/configs.h"
 #include "genai/sampler.h"
@@ -65,10 +66,12 @@ struct LLMPipeline::Impl {
   Impl(const std::string& path, const PipelineConfig& c) : cfg(c) {
     const auto t0 = Clock::now();
     const npuw::RuntimeConfig rc = genai::runtime_config(c);
+    // The tokenizer first, from a reader of its own that goes with it: the runtime's keeps no
+    // vocabulary (GgufArrays::kWithoutLarge).
+    tok = std::make_unique<genai::Tokenizer>(genai::Vocab::from_gguf(*GgufFile::open(path)));
     rt = std::make_unique<npuw::LlmRuntime>(path, rc);
-    tok = std::make_unique<genai::Tokenizer>(genai::Vocab::from_gguf(rt->gguf()));
     if (tok->n_vocab() != rt->n_vocab())
-      fail("{}: the vocabulary has {} tokens but the model's embedding has {} rows", rt->gguf().path(), tok->n_vocab(), rt->n_vocab());
+      fail("{}: the vocabulary has {} tokens but the model's embedding has {} rows", path, tok->n_vocab(), rt->n_vocab());
     load_ms = ms_between(t0, Clock::now());
   }
 

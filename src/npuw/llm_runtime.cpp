@@ -131,7 +131,7 @@ std::vector<uint8_t> compile_spec(Graphs& graphs, const BlobSpec& spec) {
 }  // namespace
 
 std::vector<std::pair<std::string, std::vector<uint8_t>>> compile_blobs(const std::string& model_path, RuntimeConfig cfg) {
-  auto f = GgufFile::open(model_path);
+  auto f = GgufFile::open(model_path, GgufArrays::kWithoutLarge);
   const model::HParams hp = model::HParams::from_gguf(*f);
   resolve_config(cfg, hp);
   cfg.panels16_types = cfg.repack_weights ? cpu::create_cpu_device(1)->panels16_types() : std::vector<GgmlType>{};
@@ -156,7 +156,7 @@ struct LlmRuntime::Program {
 };
 
 LlmRuntime::LlmRuntime(const std::string& model_path, RuntimeConfig cfg) : cfg_(std::move(cfg)) {
-  gguf_ = GgufFile::open(model_path);
+  gguf_ = GgufFile::open(model_path, GgufArrays::kWithoutLarge);  // (the vocabulary is the tokenizer's)
   hp_ = model::HParams::from_gguf(*gguf_);
   resolve_config(cfg_, hp_);
   stats_.kv_capacity = cfg_.variants.back();

@@ -1,6 +1,7 @@
 // GGUF reader on real files from ../shared, plus a writer -> reader round trip of every value type.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstring>
 #include <filesystem>
@@ -426,6 +427,72 @@ TEST(GgufRoundTrip, NestingAtTheLimit) {
   const std::vector<uint8_t> bytes = w.serialize();
   const auto f = GgufFile::from_memory(bytes.data(), bytes.size(), "deep");
   EXPECT_TRUE(same_value(f->get("deep"), v, "deep"));
+}
+
+// ---- Large arrays left out (GgufArrays::kWithoutLarge, a runtime's reader) ------------------------
+
+// A vocabulary of n tokens with m scores, a small array and a BOOL array of n flags.
+std::vector<uint8_t> vocab_bytes(size_t n, size_t m) {
+  GgufWriter w;
+  w.add_string("general.architecture", "llama");
+  std::vector<std::string> tokens;
+  for (size_t i = 0; i < n; ++i) tokens.push_back("tok" + std::to_string(i));
+  w.add_string_array("tokenizer.ggml.tokens", tokens);
+  w.add_f32_array("tokenizer.ggml.scores", std::vector<float>(m, -1.0f));
+  w.add_i32_array("small", {1, 2, 3});
+  w.add("flags", arr(GgufValueType::BOOL, std::vector<GgufValue>(n, val(GgufValueType::BOOL, false))));
+  return w.serialize();
+}
+
+TEST(GgufLargeArrays, KeptAsTheirLengthOnly) {
+  for (size_t n : {static_cast<size_t>(kGgufLargeArray), static_cast<size_t>(kGgufLargeArray) + 1}) {
+    SCOPED_TRACE(n);
+    const std::vector<uint8_t> bytes = vocab_bytes(n, n);
+    const auto all = GgufFile::from_memory(bytes.data(), bytes.size(), "all");
+    const auto lean = GgufFile::from_memory(bytes.data(), bytes.size(), "lean", GgufArrays::kWithoutLarge);
+    const bool large = n > kGgufLargeArray;
+    for (const char* key : {"tokenizer.ggml.tokens", "tokenizer.ggml.scores", "flags"}) {
+      const GgufValue& a = all->get(key);
+      const GgufValue& b = lean->get(key);
+      EXPECT_TRUE(a.is_kept_array()) << key;
+      EXPECT_EQ(a.as_array(key).size(), n) << key;
+      EXPECT_TRUE(b.is_array()) << key;
+      EXPECT_EQ(b.elem_type, a.elem_type) << key;
+      EXPECT_EQ(b.array_size(key), n) << key;
+      EXPECT_EQ(b.is_kept_array(), !large) << key;
+      if (large) {
+        EXPECT_NE(test::error_of([&] { b.as_array(key); }).find("did not keep"), std::string::npos) << key;
+      } else {
+        EXPECT_TRUE(same_value(a, b, key));
+      }
+    }
+    EXPECT_TRUE(same_value(all->get("small"), lean->get("small"), "small"));
+    EXPECT_EQ(lean->get_string("general.architecture"), "llama");
+    // What was left out cannot be written back as if it were empty.
+    GgufWriter w;
+    w.add("tokenizer.ggml.tokens", lean->get("tokenizer.ggml.tokens"));
+    if (large) {
+      EXPECT_NE(test::error_of([&] { w.serialize(); }).find("did not keep"), std::string::npos);
+    }
+  }
+}
+
+TEST(GgufLargeArrays, StillCheckedElementByElement) {
+  const size_t n = static_cast<size_t>(kGgufLargeArray) + 10;
+  for (GgufArrays mode : {GgufArrays::kAll, GgufArrays::kWithoutLarge}) {
+    // One score short of the tokens.
+    const std::vector<uint8_t> short_scores = vocab_bytes(n, n - 1);
+    EXPECT_NE(test::error_of([&] { GgufFile::from_memory(short_scores.data(), short_scores.size(), "v", mode); })
+                  .find("has " + std::to_string(n - 1) + " entries"),
+              std::string::npos);
+    // The last flag is 2: not a bool.
+    std::vector<uint8_t> bad = vocab_bytes(n, n);
+    const std::string key = "flags";
+    const auto at = std::search(bad.begin(), bad.end(), key.begin(), key.end()) - bad.begin();
+    bad[static_cast<size_t>(at) + key.size() + 4 + 4 + 8 + n - 1] = 2;
+    EXPECT_NE(test::error_of([&] { GgufFile::from_memory(bad.data(), bad.size(), "v", mode); }).find("bool value 2"),
+              std::string::npos);
+  }
 }
 
 // ---- Accessors ------------------------------------------------------------------------------------
