@@ -463,6 +463,12 @@ void GgufFile::release(const GgufTensorInfo& t, uint64_t offset, uint64_t bytes)
   ::madvise(reinterpret_cast<void*>(begin), end - begin, MADV_RANDOM);
 }
 
+void GgufFile::release_header() const {
+  if (!owns_mapping_ || !base_) return;  // (the mapping starts on a page)
+  const auto page = static_cast<uint64_t>(::sysconf(_SC_PAGESIZE));
+  const uint64_t end = std::min<uint64_t>(data_offset_, size_) / page * page;
+  if (end > 0) ::madvise(const_cast<uint8_t*>(base_), end, MADV_DONTNEED);
+}
 
 // ---- Parsing, section by section ----------------------------------------------------------------
 

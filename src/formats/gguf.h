@@ -106,6 +106,9 @@ class GgufFile {
   void release(const GgufTensorInfo& t) const;
   // The same for the whole pages inside bytes [offset, offset + bytes) of the tensor.
   void release(const GgufTensorInfo& t, uint64_t offset, uint64_t bytes) const;
+  // The same for the whole pages before the data section: the header, whose values were copied
+  // out by the parse (a 150k-token vocabulary is ~2 MB of it).
+  void release_header() const;
 
  private:
   GgufFile() = default;

@@ -170,6 +170,7 @@ LlmRuntime::LlmRuntime(const std::string& model_path, RuntimeConfig cfg) : cfg_(
   cfg_.panels16_types = cfg_.repack_weights ? device_->panels16_types() : std::vector<GgmlType>{};
   queue_ = std::make_unique<driver::Queue>(*device_);
   load_blobs();
+  gguf_->release_header();  // parsed and hashed: nothing reads it again
 }
 
 LlmRuntime::~LlmRuntime() = default;

@@ -2,6 +2,7 @@
 // tensor placement. The input is the whole file. Each successful parse is walked the way the
 // runtime walks it: every value through its typed accessors, every tensor's element count.
 #include <cstdint>
+#include <memory>
 
 #include "formats/gguf.h"
 #include "fuzz_util.h"
@@ -26,8 +27,22 @@ void walk(const GgufValue& v, const std::string& key, bool all) {
 }  // namespace
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
+  // The runtime's reader (GgufArrays::kWithoutLarge: large arrays kept as their length) accepts
+  // exactly what the full reader accepts and knows every array's length.
+  std::unique_ptr<GgufFile> lean;
+  fuzz::expect_ok_or_error([&] { lean = GgufFile::from_memory(data, size, "fuzz.gguf", GgufArrays::kWithoutLarge); });
+  bool full_ok = false;
   fuzz::expect_ok_or_error([&] {
     auto f = GgufFile::from_memory(data, size, "fuzz.gguf");
+    full_ok = true;
+    if (!lean || lean->metadata().size() != f->metadata().size()) __builtin_trap();
+    for (size_t i = 0; i < f->metadata().size(); ++i) {
+      const std::string& key = f->metadata()[i].first;  // (not a structured binding: lambdas capture it below)
+      const GgufValue& value = f->metadata()[i].second;
+      const GgufValue& small = lean->metadata()[i].second;
+      if (value.is_array() && small.array_size(key) != value.array_size(key)) __builtin_trap();
+      if (!small.is_kept_array()) fuzz::expect_ok_or_error([&] { (void)small.as_array(key); });
+    }
     for (const auto& [key, value] : f->metadata()) walk(value, key, true);
     for (const GgufTensorInfo& t : f->tensors()) {
       (void)t.n_elements();
@@ -41,5 +56,6 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
     (void)f->get_string("general.architecture");
     (void)f->get_int("general.alignment");
   });
+  if (lean && !full_ok) __builtin_trap();
   return 0;
 }
