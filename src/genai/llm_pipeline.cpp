@@ -15,9 +15,9 @@
 #include <fmt/ranges.h>
 
 #include "common/error.h"
-#include "formats/gguf.h"
 #include "genai/chat_format.h"
 #include "genai/configs.h"
+#include "genai/open_model.h"
 #include "genai/sampler.h"
 #include "genai/stop_rules.h"
 #include "genai/tokenizer.h"
@@ -65,13 +65,9 @@ struct LLMPipeline::Impl {
 
   Impl(const std::string& path, const PipelineConfig& c) : cfg(c) {
     const auto t0 = Clock::now();
-    const npuw::RuntimeConfig rc = genai::runtime_config(c);
-    // The tokenizer first, from a reader of its own that goes with it: the runtime's keeps no
-    // vocabulary (GgufArrays::kWithoutLarge).
-    tok = std::make_unique<genai::Tokenizer>(genai::Vocab::from_gguf(*GgufFile::open(path)));
-    rt = std::make_unique<npuw::LlmRuntime>(path, rc);
-    if (tok->n_vocab() != rt->n_vocab())
-      fail("{}: the vocabulary has {} tokens but the model's embedding has {} rows", path, tok->n_vocab(), rt->n_vocab());
+    genai::OpenedModel m = genai::open_model(path, genai::runtime_config(c));
+    tok = std::move(m.tok);
+    rt = std::move(m.rt);
     load_ms = ms_between(t0, Clock::now());
   }
 

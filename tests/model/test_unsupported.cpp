@@ -1,12 +1,15 @@
 // Models npullm cannot run are refused with a message that names what is unsupported:
-// the architecture, a tensor type, a tensor the graph does not know, or the tokenizer.
+// the architecture, a tensor type, a tensor the graph does not know, the tokenizer, or a vocabulary
+// whose size is not the embedding's.
 #include <gtest/gtest.h>
 
 #include "common/error.h"
 #include "formats/gguf.h"
+#include "genai/open_model.h"
 #include "genai/tokenizer.h"
 #include "model/hparams.h"
 #include "model/llama_graph.h"
+#include "npuw/llm_runtime.h"
 #include "test_util.h"
 
 namespace npullm {
@@ -83,6 +86,44 @@ TEST(Unsupported, TokenizerModelIsNamed) {
   w.add_string_array("tokenizer.ggml.tokens", {"a", "b"});
   const std::string e = load_error(w.serialize(), /*tokenizer=*/true);
   EXPECT_NE(e.find("rwkv"), std::string::npos) << e;
+}
+
+// A vocabulary of one token fewer or more than the embedding has rows is refused when the model is
+// opened for generation (the pipeline and the server's scheduler both open it with open_model), with
+// both counts; the same file with the counts in agreement opens.
+TEST(Unsupported, AVocabularyThatDisagreesWithTheEmbeddingIsRefused) {
+  for (int tokens : {15, 16, 17}) {
+    SCOPED_TRACE(std::to_string(tokens) + " tokens, 16 embedding rows");
+    GgufWriter w = tiny("llama");
+    std::vector<std::string> text{"<unk>", "<s>", "</s>"};
+    while (static_cast<int>(text.size()) < tokens) text.push_back("t" + std::to_string(text.size()));
+    std::vector<int32_t> type(text.size(), 1);
+    type[0] = 2, type[1] = 3, type[2] = 3;
+    w.add_string("tokenizer.ggml.model", "llama");
+    w.add_string_array("tokenizer.ggml.tokens", text);
+    w.add_f32_array("tokenizer.ggml.scores", std::vector<float>(text.size(), 0.0f));
+    w.add_i32_array("tokenizer.ggml.token_type", type);
+    const std::string path = (test::scratch_dir() / ("vocab-" + std::to_string(tokens) + ".gguf")).string();
+    w.write(path);
+    npuw::RuntimeConfig cfg;
+    cfg.prefill_chunk = 16;
+    cfg.variants = {32};
+    cfg.threads = 1;
+    cfg.use_cache = false;
+    std::string e;
+    try {
+      const genai::OpenedModel m = genai::open_model(path, cfg);
+      EXPECT_EQ(m.tok->n_vocab(), 16);
+      EXPECT_EQ(m.rt->n_vocab(), 16);
+    } catch (const Error& err) {
+      e = err.what();
+    }
+    if (tokens == 16) {
+      EXPECT_EQ(e, "");
+    } else {
+      EXPECT_NE(e.find("the vocabulary has " + std::to_string(tokens) + " tokens but the model's embedding has 16 rows"), std::string::npos) << e;
+    }
+  }
 }
 
 }  // namespace

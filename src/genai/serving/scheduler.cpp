@@ -5,9 +5,9 @@
 #include <fmt/format.h>
 #include <fmt/ranges.h>
 
-#include "formats/gguf.h"
 #include "genai/chat_format.h"
 #include "genai/configs.h"
+#include "genai/open_model.h"
 #include "genai/sampler.h"
 #include "genai/stop_rules.h"
 #include "genai/tokenizer.h"
@@ -70,11 +70,9 @@ struct Scheduler::Slot {
 Scheduler::Scheduler(const std::string& model_path, const PipelineConfig& cfg, const SchedulerConfig& sc)
     : cfg_(cfg), sc_(sc) {
   if (sc_.max_queue < 0) fail("the request queue cannot hold {} requests", sc_.max_queue);
-  // The tokenizer from a reader of its own (the runtime's keeps no vocabulary: GgufArrays).
-  tok_ = std::make_unique<Tokenizer>(Vocab::from_gguf(*GgufFile::open(model_path)));
-  rt_ = std::make_unique<npuw::LlmRuntime>(model_path, runtime_config(cfg, sc.parallel));
-  if (tok_->n_vocab() != rt_->n_vocab())
-    fail("{}: the vocabulary has {} tokens but the model's embedding has {} rows", model_path, tok_->n_vocab(), rt_->n_vocab());
+  OpenedModel m = open_model(model_path, runtime_config(cfg, sc.parallel));
+  tok_ = std::move(m.tok);
+  rt_ = std::move(m.rt);
   try {
     format_ = std::make_unique<ChatFormat>(cfg.chat_template, *tok_);
   } catch (const Error& e) {
