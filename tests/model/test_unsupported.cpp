@@ -3,6 +3,8 @@
 // whose size is not the embedding's.
 #include <gtest/gtest.h>
 
+#include <fmt/format.h>
+
 #include "common/error.h"
 #include "formats/gguf.h"
 #include "genai/open_model.h"
@@ -96,7 +98,7 @@ TEST(Unsupported, AVocabularyThatDisagreesWithTheEmbeddingIsRefused) {
     SCOPED_TRACE(std::to_string(tokens) + " tokens, 16 embedding rows");
     GgufWriter w = tiny("llama");
     std::vector<std::string> text{"<unk>", "<s>", "</s>"};
-    while (static_cast<int>(text.size()) < tokens) text.push_back("t" + std::to_string(text.size()));
+    while (static_cast<int>(text.size()) < tokens) text.push_back(fmt::format("t{}", text.size()));
     std::vector<int32_t> type(text.size(), 1);
     type[0] = 2, type[1] = 3, type[2] = 3;
     w.add_string("tokenizer.ggml.model", "llama");
