@@ -227,6 +227,12 @@ inline double top1_agreement(const std::vector<float>& a, const std::vector<floa
   return double(same) / double(rows);
 }
 
+// The prompt ids of a golden logits reference (../shared/golden/README.md): its JSON's "tokens", by
+// the JSON's path under ../shared ("golden/qwen2-gpt2.Q4_0.json").
+inline std::vector<int32_t> golden_tokens(const std::string& json_rel) {
+  return nlohmann::json::parse(read_file(shared_path(json_rel)))["tokens"].get<std::vector<int32_t>>();
+}
+
 // llama2.c's greedy reference for stories260K (../shared/models/README.md section 1): case A
 // (prompt "Once upon a time": prompt_ids, 200 ids, text, logits of positions 0..7) and case B.
 constexpr const char* kStoriesModel = "models/llama2c/stories260K.gguf";

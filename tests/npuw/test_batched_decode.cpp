@@ -8,7 +8,6 @@
 #include <gtest/gtest.h>
 
 #include <cstring>
-#include <nlohmann/json.hpp>
 
 #include "common/error.h"
 #include "genai/sampler.h"
@@ -34,7 +33,7 @@ std::vector<int32_t> stories_tokens() {
 }
 
 std::vector<int32_t> golden_tokens() {
-  return nlohmann::json::parse(test::read_file(test::shared_path("golden/qwen2-gpt2.Q4_0.json")))["tokens"].get<std::vector<int32_t>>();
+  return test::golden_tokens("golden/qwen2-gpt2.Q4_0.json");
 }
 
 // Five sequences cut from the model's reference tokens at different places and lengths.

@@ -6,7 +6,6 @@
 
 #include <cmath>
 #include <map>
-#include <nlohmann/json.hpp>
 
 #include "common/error.h"
 #include "formats/ggml_types.h"
@@ -29,7 +28,7 @@ std::vector<int32_t> case_tokens(const ShiftCase& c) {
   if (std::string(c.tokens) == "stories") {
     tokens = test::stories_sequence();
   } else {
-    tokens = nlohmann::json::parse(test::read_file(test::shared_path(c.tokens)))["tokens"].get<std::vector<int32_t>>();
+    tokens = test::golden_tokens(c.tokens);
   }
   tokens.resize(40);
   return tokens;

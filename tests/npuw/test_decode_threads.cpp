@@ -1,42 +1,34 @@
 // Decode gives the same logits, bit for bit, on 1, 2 and 3 threads. With one thread every stage
 // runs whole on the caller; with more, each MatMul of a parallel stage is cut into chunks of 16-row
 // multiples (two a thread) that the threads claim as they come, so which thread computes which
-// rows changes from step to step, and that must change nothing else. The thread-count test of the stories260K reference never reaches this: its stages are all
-// too small to run on several threads. Golden models with Q4_0 and K-quant weights (the int8
-// kernels' two families), single decode steps and a batch of two slots.
+// rows changes from step to step, and that must change nothing else. The thread-count test of the
+// stories260K reference never reaches this: its stages are all too small to run on several threads.
+// Golden models with Q4_0 and K-quant weights (the int8 kernels' two families), single decode steps
+// and a batch of two slots.
 #include <gtest/gtest.h>
 
-#include <nlohmann/json.hpp>
-
-#include "genai/sampler.h"
 #include "npuw/llm_runtime.h"
 #include "test_util.h"
 
 namespace npullm {
 namespace {
 
-struct Golden {
-  const char* gguf;
-  const char* json;
-};
-constexpr Golden kModels[] = {
-    {"golden/llama-spm.Q4_K_M.gguf", "golden/llama-spm.Q4_K_M.json"},
-    {"golden/qwen2-gpt2.Q4_0.gguf", "golden/qwen2-gpt2.Q4_0.json"},
-};
+// Golden models under ../shared, each a .gguf beside the .json of its reference tokens.
+constexpr const char* kModels[] = {"golden/llama-spm.Q4_K_M", "golden/qwen2-gpt2.Q4_0"};
 
 struct Decoded {
   std::vector<std::vector<float>> logits;  // each decode step's, in order
   int64_t parallel_stages = 0;             // of the decode steps
 };
 
-Decoded decode_with(const Golden& m, int threads, const std::vector<int32_t>& tokens) {
+Decoded decode_with(const std::string& model, int threads, const std::vector<int32_t>& tokens) {
   npuw::RuntimeConfig cfg;
   cfg.prefill_chunk = 16;
   cfg.variants = {128};
   cfg.parallel = 2;
   cfg.use_cache = false;
   cfg.threads = threads;
-  npuw::LlmRuntime rt(test::shared_path(m.gguf), cfg);
+  npuw::LlmRuntime rt(test::shared_path(model + ".gguf"), cfg);
   rt.prefill(std::span<const int32_t>(tokens.data(), 20));
   rt.prefill_slot(1, std::span<const int32_t>(tokens.data() + 5, 9));
   Decoded r;
@@ -56,13 +48,13 @@ Decoded decode_with(const Golden& m, int threads, const std::vector<int32_t>& to
 }
 
 TEST(DecodeThreads, LogitsDoNotDependOnTheThreadCount) {
-  for (const Golden& m : kModels) {
-    NPULLM_REQUIRE_SHARED(m.gguf);
-    NPULLM_REQUIRE_SHARED(m.json);
+  for (const std::string m : kModels) {
+    NPULLM_REQUIRE_SHARED(m + ".gguf");
+    NPULLM_REQUIRE_SHARED(m + ".json");
   }
-  for (const Golden& m : kModels) {
-    SCOPED_TRACE(m.gguf);
-    const auto tokens = nlohmann::json::parse(test::read_file(test::shared_path(m.json)))["tokens"].get<std::vector<int32_t>>();
+  for (const std::string m : kModels) {
+    SCOPED_TRACE(m);
+    const std::vector<int32_t> tokens = test::golden_tokens(m + ".json");
     ASSERT_GE(tokens.size(), 33u);
     const Decoded one = decode_with(m, 1, tokens);
     EXPECT_EQ(one.parallel_stages, 0);

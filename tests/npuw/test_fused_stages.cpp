@@ -7,7 +7,6 @@
 #include <gtest/gtest.h>
 
 #include <cstring>
-#include <nlohmann/json.hpp>
 
 #include "formats/ggml_types.h"
 #include "genai/sampler.h"
@@ -47,7 +46,7 @@ npuw::RuntimeConfig config(GgmlType kv, bool fuse) {
 using test::same_bits;
 
 std::vector<int32_t> golden_tokens(const Golden& m) {
-  return nlohmann::json::parse(test::read_file(test::shared_path(m.json)))["tokens"].get<std::vector<int32_t>>();
+  return test::golden_tokens(m.json);
 }
 
 TEST(FusedStages, EveryGoldenModelGivesTheBitsOfTheUnfusedGraph) {

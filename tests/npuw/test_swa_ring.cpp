@@ -7,7 +7,6 @@
 #include <gtest/gtest.h>
 
 #include <cstring>
-#include <nlohmann/json.hpp>
 
 #include "common/error.h"
 #include "formats/ggml_types.h"
@@ -68,7 +67,7 @@ struct Pair {
 TEST(SwaRing, Gemma3GivesTheBitsOfFullLengthLocalLayers) {
   NPULLM_REQUIRE_SHARED(kGemma);
   NPULLM_REQUIRE_SHARED(kGemmaJson);
-  const auto tokens = nlohmann::json::parse(test::read_file(test::shared_path(kGemmaJson)))["tokens"].get<std::vector<int32_t>>();
+  const auto tokens = test::golden_tokens(kGemmaJson);
   ASSERT_EQ(tokens.size(), 64u);
   for (GgmlType kv : {GgmlType::F16, GgmlType::F32, GgmlType::Q8_0})
     for (int64_t chunk : {1, 7, 64}) {
@@ -125,7 +124,7 @@ TEST(SwaRing, KvMemoryIsGlobalRowsPlusFixedRings) {
 TEST(SwaRing, RefusesWhatTheRingNoLongerHolds) {
   NPULLM_REQUIRE_SHARED(kGemma);
   NPULLM_REQUIRE_SHARED(kGemmaJson);
-  const auto tokens = nlohmann::json::parse(test::read_file(test::shared_path(kGemmaJson)))["tokens"].get<std::vector<int32_t>>();
+  const auto tokens = test::golden_tokens(kGemmaJson);
   npuw::LlmRuntime rt(test::shared_path(kGemma), config(7, GgmlType::F16, true));  // rings of 48 rows
   rt.prefill(tokens);
   // Row 20 needs positions 5..19, long overwritten by positions 53..63.
