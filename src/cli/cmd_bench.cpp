@@ -30,7 +30,8 @@ struct BenchOptions {
   int64_t parallel = 0, parallel_prompt = 32;  // --parallel N: N sequences decoding together
   // --depth D[,D2...]: tg after D tokens of context (llama-bench -d). With several depths every
   // repetition runs tg at each in turn, so that each depth's run is next in time to the others' (a
-  // shared machine's memory speed moves within minutes) and their ratio is taken run by run.
+  // shared machine's memory speed moves within minutes) and their ratio is taken run by run; then
+  // the depths' steps are interleaved in one run (run()), the tighter figure.
   std::vector<int64_t> depths{0};
   int busy = 0;                                // --busy N: N busy-looping processes beside the timed tests
   bool json = false;
@@ -111,6 +112,9 @@ double peak_resident_bytes() {
   getrusage(RUSAGE_SELF, &ru);
   return static_cast<double>(ru.ru_maxrss) * 1024.0;
 }
+// Decode steps a slot takes in a row in bench's interleaved depth measure (run()).
+constexpr int64_t kInterleaveRun = 8;
+
 double median(std::vector<double> v) {
   std::sort(v.begin(), v.end());
   return v[v.size() / 2];
@@ -141,6 +145,8 @@ int run(BenchOptions& o) {
     cfg.min_response_len = o.n_gen + 1 + (o.parallel > 0 ? o.parallel_prompt : 0);
   }
   if (o.parallel > 0) cfg.parallel = o.parallel;
+  // Several depths: a slot each for the interleaved steps below.
+  if (o.depths.size() > 1) cfg.parallel = std::max<int64_t>(cfg.parallel, static_cast<int64_t>(o.depths.size()));
   npuw::LlmRuntime rt(o.model, cfg);
   // Loaded (and compiled) on a quiet machine; the timed tests run beside the busy processes.
   std::optional<BusyLoad> busy;
@@ -247,6 +253,36 @@ int run(BenchOptions& o) {
     for (size_t k = 0; k < tg.size(); ++k) pair_ratios[di].push_back(tg_at[di][k] / tg[k]);
     depth_ratio[di] = median(pair_ratios[di]);
   }
+  // Each depth against the first, interleaved: a slot per depth, each prefilled with its context,
+  // then runs of kInterleaveRun single decode steps that take the slots in turn (~0.2 s a run), so
+  // every depth's steps see the machine as the others' do within a second (a neighbour's memory
+  // traffic moved the back-to-back pairs above by up to 15 %, bench/RESULTS.md). A slot's steps follow one
+  // another as in a generation (a step also reads K/V the one before it left in the caches); the
+  // first of each run, which follows the other slot's, is not timed. The ratio is of the medians
+  // of the steps' times; every slot steps through decode_batch with one token.
+  std::vector<std::vector<double>> step_s(n_depths);
+  std::vector<double> step_ratio(n_depths, 1.0);
+  const bool interleaved = n_depths > 1 && o.n_gen >= 2;  // (a run of one step has none timed)
+  if (interleaved) {
+    for (int64_t r = 0; r < o.repetitions; ++r) {
+      std::vector<npuw::SlotToken> next(n_depths);
+      for (size_t di = 0; di < n_depths; ++di) {
+        const auto slot = static_cast<int64_t>(di);
+        rt.reset(slot);
+        if (o.depths[di] > 0) rt.prefill_slot(slot, random_ids(o.depths[di]));
+        next[di] = {slot, static_cast<int32_t>(rng() % static_cast<uint32_t>(V))};
+      }
+      for (int64_t i = 0; i < o.n_gen; i += kInterleaveRun)
+        for (size_t di = 0; di < n_depths; ++di)
+          for (int64_t k = 0; k < kInterleaveRun && i + k < o.n_gen; ++k) {
+            const auto t0 = Clock::now();
+            auto logits = rt.decode_batch(std::span<const npuw::SlotToken>(&next[di], 1));
+            if (k > 0) step_s[di].push_back(seconds(t0, Clock::now()));
+            next[di].id = static_cast<int32_t>(std::max_element(logits.begin(), logits.end()) - logits.begin());
+          }
+    }
+    for (size_t di = 1; di < n_depths; ++di) step_ratio[di] = median(step_s[0]) / median(step_s[di]);
+  }
   // Parallel decode: every slot gets its own random prompt, then n_gen steps decode all of them
   // together (one batched blob run per step), as llama-batched-bench's S_TG measures.
   std::vector<double> tg_par;
@@ -338,8 +374,14 @@ int run(BenchOptions& o) {
       j["tg_depths"] = nlohmann::json::array();
       for (size_t di = 0; di < n_depths; ++di) {
         const MeanSd m = mean_sd(tg_at[di]);
-        j["tg_depths"].push_back({{"depth", o.depths[di]}, {"tps_mean", m.mean}, {"tps_sd", m.sd}, {"tps_runs", tg_at[di]},
-                                  {"ratio_to_first", depth_ratio[di]}});
+        nlohmann::json d = {{"depth", o.depths[di]}, {"tps_mean", m.mean}, {"tps_sd", m.sd}, {"tps_runs", tg_at[di]},
+                            {"ratio_to_first", depth_ratio[di]}};
+        if (interleaved) {
+          d["interleaved_steps"] = step_s[di].size();
+          d["interleaved_step_ms_median"] = 1e3 * median(step_s[di]);
+          d["interleaved_ratio_to_first"] = step_ratio[di];
+        }
+        j["tg_depths"].push_back(d);
       }
     }
     fmt::print("{}\n", j.dump());
@@ -357,6 +399,11 @@ int run(BenchOptions& o) {
       for (double r : pair_ratios[di]) runs += fmt::format("{}{:.1f}%", runs.empty() ? "" : ", ", 100.0 * r);
       fmt::print("tg at depth {} is {:.1f}% of tg at depth {} (median of the {} repetitions' back-to-back pairs: {})\n", o.depths[di],
                  100.0 * depth_ratio[di], o.depths[0], tg.size(), runs);
+      if (interleaved)
+        fmt::print("tg at depth {} is {:.1f}% of tg at depth {} interleaved (a slot at each depth, runs of {} decode steps in turn; "
+                   "{} timed steps each, median {:.2f} ms against {:.2f} ms)\n",
+                   o.depths[di], 100.0 * step_ratio[di], o.depths[0], kInterleaveRun, step_s[di].size(), 1e3 * median(step_s[di]),
+                   1e3 * median(step_s[0]));
     }
     if (!tg_par.empty())
       fmt::print("| tg{:<4} x {} sequences | {:>7.2f} ± {:<4.2f} total, {:.2f} per sequence, {:.2f}x batch-1 tg |\n", o.n_gen, o.parallel,
@@ -419,7 +466,8 @@ void add_bench(CLI::App& app, Actions& actions) {
   cmd->add_option("--ttft-prompt", o->ttft_prompt, "prompt tokens for the time-to-first-token test (0 = skip)")->capture_default_str();
   cmd->add_option("--depth", o->depths,
                   "tokens of context prefilled (untimed) before each tg run, as llama-bench's -d; several (32,1024): "
-                  "each repetition runs tg at each in turn and the ratios to the first are reported")
+                  "each repetition runs tg at each in turn, then a slot per depth takes runs of 8 steps in turn, and "
+                  "both ratios to the first are reported")
       ->delimiter(',')
       ->capture_default_str()
       ->check(CLI::NonNegativeNumber);

@@ -287,6 +287,16 @@ TEST(CliTools, BenchJsonReportsTheIssueFields) {
   EXPECT_DOUBLE_EQ(dp["tg_depths"][1]["ratio_to_first"].get<double>(), ratios[1]);
   EXPECT_DOUBLE_EQ(dp["tg_depths"][0]["ratio_to_first"].get<double>(), 1.0);
   EXPECT_DOUBLE_EQ(dp["tg_depths"][0]["tps_mean"].get<double>(), dp["tg"]["tps_mean"].get<double>());
+  // Interleaved: a slot per depth, runs of 8 steps in turn, the first of each run untimed: 7 timed
+  // steps a repetition at each depth; the ratio is of the medians of the steps.
+  for (int k = 0; k < 2; ++k) {
+    EXPECT_EQ(dp["tg_depths"][k]["interleaved_steps"], 3 * 7) << dp;
+    EXPECT_GT(dp["tg_depths"][k]["interleaved_step_ms_median"].get<double>(), 0.0);
+  }
+  EXPECT_NEAR(dp["tg_depths"][1]["interleaved_ratio_to_first"].get<double>(),
+              dp["tg_depths"][0]["interleaved_step_ms_median"].get<double>() / dp["tg_depths"][1]["interleaved_step_ms_median"].get<double>(),
+              1e-9);
+  EXPECT_DOUBLE_EQ(dp["tg_depths"][0]["interleaved_ratio_to_first"].get<double>(), 1.0);
 }
 
 TEST(CliTools, TokenizeMatchesTheLlamaCppVector) {
