@@ -111,7 +111,7 @@ out="$dir/compare-$(date +%Y%m%d-%H%M%S).md"
   echo "threads $threads, $reps repetitions, pp$n_prompt / tg$n_gen, depth $depth, busy $busy, K/V $kv; $(nproc) cores, load $(cut -d' ' -f1-3 /proc/loadavg)"
   echo "llama.cpp 80fb11a built with GGML_NATIVE=ON; * = that test crashed in the native build and was taken with its AVX-512 build without AMX"
   echo
-  head="| model | pp llama.cpp | pp npullm | ratio | tg llama.cpp | tg npullm | ratio | npullm roofline | tg@d$depth llama.cpp | tg@d$depth npullm | ratio | npullm d$depth / d32 (pairs) |"
+  head="| model | pp llama.cpp | pp npullm | ratio | tg llama.cpp | tg npullm | ratio | npullm roofline | tg@d$depth llama.cpp | tg@d$depth npullm | ratio | npullm d$depth / d32 (pairs; interleaved) |"
   sep="|---|---|---|---|---|---|---|---|---|---|---|---|"
   if [ "$busy" -gt 0 ]; then head+=" tg busy llama.cpp | tg busy npullm | ratio |"; sep+="---|---|---|"; fi
   echo "$head"
@@ -130,6 +130,7 @@ for m in "${models[@]}"; do
   roof=$(field "$dir/$name.npullm.json" '(100 * d["roofline_fraction"], d["bandwidth_gbps"])' '%.0f %% of %.1f GB/s')
   utd=$(field "$dir/$name.npullm.d.json" 'd["tg_depths"][1]["tps_mean"]' %.1f)
   dratio=$(field "$dir/$name.npullm.d.json" '100 * d["tg_depths"][1]["ratio_to_first"]' '%.1f %%')
+  dratio+="; $(field "$dir/$name.npullm.d.json" '100 * d["tg_depths"][1]["interleaved_ratio_to_first"]' '%.1f %%')"
   row="| $name | $lpp$lpp_mark | $upp | $(python3 -c "print(f'{$upp / $lpp:.2f}')") | $ltg$ltg_mark | $utg | $(python3 -c "print(f'{$utg / $ltg:.2f}')")"
   row+=" | $roof | $ltd$ltd_mark | $utd | $(python3 -c "print(f'{$utd / $ltd:.2f}')") | $dratio |"
   if [ "$busy" -gt 0 ]; then
