@@ -315,7 +315,10 @@ TEST(CliTools, LogitsAreLlama2cLogitsOneRowPerToken) {
   const auto rows = test::stories_reference()["cases"][0]["logits"];
   ASSERT_EQ(rows.size(), 8u);
   std::string ids;
-  for (const auto& row : rows) ids += (ids.empty() ? "" : ",") + std::to_string(row["input_token"].get<int32_t>());
+  for (const auto& row : rows) {
+    if (!ids.empty()) ids += ',';
+    ids += std::to_string(row["input_token"].get<int32_t>());
+  }
   const fs::path out = fresh_dir("logits") / "l.f32";
   Proc r = test::run_npullm("logits -m " + test::shared_path(kModel) + " --tokens " + ids + " --kv-type f32 --no-cache --out " + out.string());
   ASSERT_EQ(r.rc, 0) << r.err;

@@ -69,7 +69,9 @@ TEST(PageBuffer, BackedByHugePagesWhereTheKernelGivesThem) {
   std::ifstream mode("/sys/kernel/mm/transparent_hugepage/enabled");
   std::string m;
   std::getline(mode, m);
-  if (m.find("[madvise]") != std::string::npos) EXPECT_EQ(anon_huge_kb(off.data()), 0);
+  if (m.find("[madvise]") != std::string::npos) {
+    EXPECT_EQ(anon_huge_kb(off.data()), 0);
+  }
 }
 
 }  // namespace

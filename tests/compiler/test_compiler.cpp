@@ -1,4 +1,5 @@
 // Compiler passes: static reshape, lift-state, memory planning by liveness, stage scheduling.
+#include <fmt/format.h>
 #include <gtest/gtest.h>
 
 #include <map>
@@ -124,7 +125,7 @@ TEST(Compiler, MemoryPlanNeverOverlapsBuffersLiveTogetherAndReusesTheRest) {
     uint64_t total = 0;
     for (int i = 0; i < 40; ++i) {
       uint32_t first = rng() % 30, len = rng() % 5;
-      b.push_back({"b" + std::to_string(i), 1 + rng() % 5000, first, first + len, 0});
+      b.push_back({fmt::format("b{}", i), 1 + rng() % 5000, first, first + len, 0});
       total += (b.back().bytes + 63) / 64 * 64;
     }
     const uint64_t arena = compiler::plan_memory(b);
@@ -154,7 +155,9 @@ TEST(Compiler, LlamaBlobHasStagesBarriersAndStateIo) {
   // Tasks are sorted by stage and the barrier counts add up to the tasks of each stage.
   std::vector<uint32_t> count(img.barriers.size(), 0);
   for (size_t i = 0; i < img.tasks.size(); ++i) {
-    if (i) EXPECT_LE(img.tasks[i - 1].stage, img.tasks[i].stage);
+    if (i) {
+      EXPECT_LE(img.tasks[i - 1].stage, img.tasks[i].stage);
+    }
     count.at(img.tasks[i].stage)++;
   }
   for (size_t s = 0; s < count.size(); ++s) EXPECT_EQ(count[s], img.barriers[s].count);
@@ -219,7 +222,9 @@ TEST(Compiler, StateBuffersAndOperandTypesFollowTheKvType) {
     }
     EXPECT_EQ(ropes, hp.n_layer);
     for (const auto& io : rot.ios) {
-      if (io.role == blob::IoRole::State) EXPECT_EQ(io.bytes, want_bytes) << io.name;
+      if (io.role == blob::IoRole::State) {
+        EXPECT_EQ(io.bytes, want_bytes) << io.name;
+      }
     }
   }
   // Q8_0 blocks cannot straddle heads: a head size that is not a multiple of 32 is refused.

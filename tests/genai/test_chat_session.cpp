@@ -48,7 +48,9 @@ TEST(ChatSession, EachTurnPrefillsOnlyItsNewTokensAndMatchesAFreshSession) {
     // Only the new tokens were prefilled: everything before them was already in the state.
     EXPECT_EQ(r.metrics.prefill_tokens, static_cast<int64_t>(r.prompt_ids.size()));
     EXPECT_EQ(r.context_ids.size(), before + r.prompt_ids.size()) << "turn " << t;
-    if (t > 0) EXPECT_LT(r.prompt_ids.size(), r.context_ids.size() / 2) << "turn " << t;
+    if (t > 0) {
+      EXPECT_LT(r.prompt_ids.size(), r.context_ids.size() / 2) << "turn " << t;
+    }
     EXPECT_EQ(r.metrics.reprefills, 0);
     // A fresh session given the identical ids in one prefill says the same.
     const GenerationResult f = fresh.generate_ids(r.context_ids, greedy(24));
