@@ -2,6 +2,7 @@
 // plus time to first token, peak RSS, K/V bytes copied per token, padding, and decode as a fraction
 // of the memory roofline measured on the spot.
 #include <algorithm>
+#include <array>
 #include <chrono>
 #include <cmath>
 #include <fstream>
@@ -263,6 +264,8 @@ int run(BenchOptions& o) {
   std::vector<std::vector<double>> step_s(n_depths);
   std::vector<double> step_ratio(n_depths, 1.0);
   const bool interleaved = n_depths > 1 && o.n_gen >= 2;  // (a run of one step has none timed)
+  // Of the timed steps at each depth: stage wall time by op code (where the growth with depth goes).
+  std::vector<std::array<int64_t, device::Device::Counters::kOps>> step_stage_ns(n_depths);
   if (interleaved) {
     for (int64_t r = 0; r < o.repetitions; ++r) {
       std::vector<npuw::SlotToken> next(n_depths);
@@ -275,9 +278,14 @@ int run(BenchOptions& o) {
       for (int64_t i = 0; i < o.n_gen; i += kInterleaveRun)
         for (size_t di = 0; di < n_depths; ++di)
           for (int64_t k = 0; k < kInterleaveRun && i + k < o.n_gen; ++k) {
+            const auto c0 = rt.device_counters();
             const auto t0 = Clock::now();
             auto logits = rt.decode_batch(std::span<const npuw::SlotToken>(&next[di], 1));
-            if (k > 0) step_s[di].push_back(seconds(t0, Clock::now()));
+            if (k > 0) {
+              step_s[di].push_back(seconds(t0, Clock::now()));
+              const auto c1 = rt.device_counters();
+              for (int op = 0; op < device::Device::Counters::kOps; ++op) step_stage_ns[di][op] += c1.stage_ns[op] - c0.stage_ns[op];
+            }
             next[di].id = static_cast<int32_t>(std::max_element(logits.begin(), logits.end()) - logits.begin());
           }
     }
@@ -380,6 +388,7 @@ int run(BenchOptions& o) {
           d["interleaved_steps"] = step_s[di].size();
           d["interleaved_step_ms_median"] = 1e3 * median(step_s[di]);
           d["interleaved_ratio_to_first"] = step_ratio[di];
+          d["interleaved_stage_ms_per_step"] = stage_ms_json(step_stage_ns[di].data(), static_cast<int64_t>(step_s[di].size()));
         }
         j["tg_depths"].push_back(d);
       }
@@ -404,6 +413,14 @@ int run(BenchOptions& o) {
                    "{} timed steps each, median {:.2f} ms against {:.2f} ms)\n",
                    o.depths[di], 100.0 * step_ratio[di], o.depths[0], kInterleaveRun, step_s[di].size(), 1e3 * median(step_s[di]),
                    1e3 * median(step_s[0]));
+    }
+    // Where each depth's step time goes (means of the timed steps), so the growth shows by op.
+    for (size_t di = 0; di < n_depths && interleaved && !tg.empty(); ++di) {
+      const nlohmann::json ms = stage_ms_json(step_stage_ns[di].data(), static_cast<int64_t>(step_s[di].size()));
+      std::string parts;
+      for (auto it = ms.begin(); it != ms.end(); ++it)
+        parts += fmt::format("{}{} {:.2f} ms", parts.empty() ? "" : ", ", it.key(), it.value().get<double>());
+      fmt::print("interleaved steps at depth {}: {} (stage time, mean a step)\n", o.depths[di], parts);
     }
     if (!tg_par.empty())
       fmt::print("| tg{:<4} x {} sequences | {:>7.2f} ± {:<4.2f} total, {:.2f} per sequence, {:.2f}x batch-1 tg |\n", o.n_gen, o.parallel,

@@ -289,9 +289,13 @@ TEST(CliTools, BenchJsonReportsTheIssueFields) {
   EXPECT_DOUBLE_EQ(dp["tg_depths"][0]["tps_mean"].get<double>(), dp["tg"]["tps_mean"].get<double>());
   // Interleaved: a slot per depth, runs of 8 steps in turn, the first of each run untimed: 7 timed
   // steps a repetition at each depth; the ratio is of the medians of the steps.
+  // Their stage time by op, a mean a step: the decode's matmuls and attention ran in every step.
   for (int k = 0; k < 2; ++k) {
     EXPECT_EQ(dp["tg_depths"][k]["interleaved_steps"], 3 * 7) << dp;
     EXPECT_GT(dp["tg_depths"][k]["interleaved_step_ms_median"].get<double>(), 0.0);
+    const auto& ms = dp["tg_depths"][k]["interleaved_stage_ms_per_step"];
+    EXPECT_GT(ms.value("MatMul", 0.0), 0.0) << ms;
+    EXPECT_GT(ms.value("Attention", 0.0), 0.0) << ms;
   }
   EXPECT_NEAR(dp["tg_depths"][1]["interleaved_ratio_to_first"].get<double>(),
               dp["tg_depths"][0]["interleaved_step_ms_median"].get<double>() / dp["tg_depths"][1]["interleaved_step_ms_median"].get<double>(),
