@@ -20,6 +20,7 @@
 #include "blob/task.h"
 #include "device/device.h"
 #include "formats/gguf.h"
+#include "genai/sampler.h"
 
 namespace npullm::cli {
 
@@ -146,8 +147,9 @@ int run(BenchOptions& o) {
     cfg.min_response_len = o.n_gen + 1 + (o.parallel > 0 ? o.parallel_prompt : 0);
   }
   if (o.parallel > 0) cfg.parallel = o.parallel;
-  // Several depths: a slot each for the interleaved steps below.
-  if (o.depths.size() > 1) cfg.parallel = std::max<int64_t>(cfg.parallel, static_cast<int64_t>(o.depths.size()));
+  // Several depths are also measured interleaved, a slot each (below); a run of one step has none timed.
+  const bool interleaved = o.depths.size() > 1 && o.n_gen >= 2;
+  if (interleaved) cfg.parallel = std::max<int64_t>(cfg.parallel, static_cast<int64_t>(o.depths.size()));
   npuw::LlmRuntime rt(o.model, cfg);
   // Loaded (and compiled) on a quiet machine; the timed tests run beside the busy processes.
   std::optional<BusyLoad> busy;
@@ -217,7 +219,7 @@ int run(BenchOptions& o) {
       const auto t0 = Clock::now();
       for (int64_t i = 0; i < o.n_gen; ++i) {
         auto logits = rt.decode(id);
-        id = static_cast<int32_t>(std::max_element(logits.begin(), logits.end()) - logits.begin());
+        id = genai::argmax(logits);
       }
       const double took = seconds(t0, Clock::now());
       tg_at[di].push_back(static_cast<double>(o.n_gen) / took);
@@ -241,7 +243,7 @@ int run(BenchOptions& o) {
       const auto ids = random_ids(o.ttft_prompt);
       const auto t0 = Clock::now();
       auto logits = rt.prefill(ids);
-      volatile auto first = std::max_element(logits.begin(), logits.end()) - logits.begin();
+      volatile int32_t first = genai::argmax(logits);
       (void)first;
       ttft.push_back(seconds(t0, Clock::now()) * 1000.0);
     }
@@ -257,13 +259,12 @@ int run(BenchOptions& o) {
   // Each depth against the first, interleaved: a slot per depth, each prefilled with its context,
   // then runs of kInterleaveRun single decode steps that take the slots in turn (~0.2 s a run), so
   // every depth's steps see the machine as the others' do within a second (a neighbour's memory
-  // traffic moved the back-to-back pairs above by up to 15 %, bench/RESULTS.md). A slot's steps follow one
-  // another as in a generation (a step also reads K/V the one before it left in the caches); the
-  // first of each run, which follows the other slot's, is not timed. The ratio is of the medians
+  // traffic moved the back-to-back pairs above by up to 15 %, bench/RESULTS.md). A slot's steps
+  // follow one another as in a generation (a step also reads K/V the one before it left in the
+  // caches); the first of each run, which follows the other slot's, is not timed. The ratio is of the medians
   // of the steps' times; every slot steps through decode_batch with one token.
   std::vector<std::vector<double>> step_s(n_depths);
   std::vector<double> step_ratio(n_depths, 1.0);
-  const bool interleaved = n_depths > 1 && o.n_gen >= 2;  // (a run of one step has none timed)
   // Of the timed steps at each depth: stage wall time by op code (where the growth with depth goes).
   std::vector<std::array<int64_t, device::Device::Counters::kOps>> step_stage_ns(n_depths);
   if (interleaved) {
@@ -286,7 +287,7 @@ int run(BenchOptions& o) {
               const auto c1 = rt.device_counters();
               for (int op = 0; op < device::Device::Counters::kOps; ++op) step_stage_ns[di][op] += c1.stage_ns[op] - c0.stage_ns[op];
             }
-            next[di].id = static_cast<int32_t>(std::max_element(logits.begin(), logits.end()) - logits.begin());
+            next[di].id = genai::argmax(logits);
           }
     }
     for (size_t di = 1; di < n_depths; ++di) step_ratio[di] = median(step_s[0]) / median(step_s[di]);
@@ -303,14 +304,14 @@ int run(BenchOptions& o) {
       for (int64_t k = 0; k < n; ++k) {
         rt.reset(k);
         auto logits = rt.prefill_slot(k, random_ids(std::max<int64_t>(o.parallel_prompt, 1)));
-        batch[static_cast<size_t>(k)] = {k, static_cast<int32_t>(std::max_element(logits.begin(), logits.end()) - logits.begin())};
+        batch[static_cast<size_t>(k)] = {k, genai::argmax(logits)};
       }
       const auto t0 = Clock::now();
       for (int64_t i = 0; i < o.n_gen; ++i) {
         auto logits = rt.decode_batch(batch);
         for (int64_t k = 0; k < n; ++k) {
           auto row = logits.subspan(static_cast<size_t>(k * V), static_cast<size_t>(V));
-          batch[static_cast<size_t>(k)].id = static_cast<int32_t>(std::max_element(row.begin(), row.end()) - row.begin());
+          batch[static_cast<size_t>(k)].id = genai::argmax(row);
         }
       }
       if (r > 0) tg_par.push_back(static_cast<double>(n * o.n_gen) / seconds(t0, Clock::now()));
