@@ -123,6 +123,16 @@ struct ChatMessage {
   std::string content;
 };
 
+// A chat's K/V state, so that a saved conversation resumes where it stopped instead of being
+// prefilled again (the C API's session files hold one).
+struct KvSnapshot {
+  std::string key;                          // what the rows fit: the model, the K/V type, the state layout
+  std::vector<int32_t> ids;                 // the tokens whose rows the state holds, in order
+  std::vector<int32_t> pending;             // tokens of the conversation not yet run (a reply's last)
+  int64_t n_keep = 0;                       // tokens a context shift keeps (BOS, the system prompt)
+  std::vector<uint8_t> rows;                // ids.size() rows of every K/V state variable, as stored
+};
+
 class LLMPipeline {
  public:
   explicit LLMPipeline(const std::string& model_path, const PipelineConfig& cfg = {});
@@ -142,6 +152,15 @@ class LLMPipeline {
   const std::vector<ChatMessage>& history() const;
   // Replaces the conversation (e.g. loaded from a file); its tokens are prefilled on the next turn.
   void set_history(const std::vector<ChatMessage>& messages);
+  // The chat's K/V state. Empty (no key, no rows) when there is none to save: outside a chat,
+  // after set_history until the next turn prefills it, or with a model whose sliding-window layers
+  // keep rings (Gemma 3: not in position order).
+  KvSnapshot kv_snapshot() const;
+  // Replaces the conversation by `messages` together with its K/V state `kv` (kv_snapshot of the
+  // same model with the same K/V type), so the next turn prefills only its own tokens. Returns false
+  // and changes nothing when `kv` does not fit: another key (model, K/V type, state layout), more
+  // rows than the largest capacity, or not ids.size() rows of bytes. Callers then use set_history.
+  bool restore_chat(const std::vector<ChatMessage>& messages, const KvSnapshot& kv);
   // The token sequence of the conversation so far (in the K/V state or about to be).
   std::vector<int32_t> conversation_ids() const;
 

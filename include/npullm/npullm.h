@@ -259,9 +259,14 @@ npullm_status npullm_session_kv_state(const npullm_session* session, npullm_kv_s
 /* The metrics of the session's last generation (zeros before the first). */
 npullm_status npullm_session_last_metrics(const npullm_session* session, npullm_metrics* out_metrics);
 
-/* Saves the chat history and the runtime options to a JSON file. Loading restores the history
- * (the options are informational); the K/V rows are not stored: the loaded conversation is
- * prefilled again on the next turn. Errors: IO, MODEL (not a session file). */
+/* Saves the chat history and the runtime options as JSON, followed by the chat's K/V rows (with a
+ * checksum and a key naming the model, K/V type and state layout they fit). Loading restores the
+ * history and, where the rows fit this session's model and options, the rows too: the next turn
+ * then prefills only its own tokens. Rows that do not fit (another model or K/V type, a cut or
+ * corrupt file) are skipped with a warning on stderr and the conversation is prefilled again on
+ * the next turn, as for files of version 1 (history only) and for models with sliding-window
+ * rings (Gemma 3), whose rows are not saved. The options are informational.
+ * Errors: IO, MODEL (not a session file, or its JSON is malformed). */
 npullm_status npullm_session_save(const npullm_session* session, const char* path);
 npullm_status npullm_session_load(npullm_session* session, const char* path);
 

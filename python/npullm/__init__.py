@@ -278,10 +278,11 @@ class Chat(_Session):
             _lib.npullm_free(ids)
 
     def save(self, path):
-        """Writes the history and options as JSON (the K/V rows are re-prefilled after a load)."""
+        """Writes the history and options as JSON, then the chat's K/V rows (npullm_session_save)."""
         _check(_lib.npullm_session_save(self._handle, str(path).encode()))
 
     def load(self, path):
+        """Restores a saved chat; its next turn prefills only its own tokens (npullm_session_load)."""
         _check(_lib.npullm_session_load(self._handle, str(path).encode()))
 
     def reset(self, system=None):

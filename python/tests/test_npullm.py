@@ -129,6 +129,7 @@ def test_chat_sessions(chat_llm, tmp_path):
     other = chat_llm.chat()
     other.load(path)
     assert other.history == history
+    assert other.kv_state()["rows_used"] == chat.kv_state()["rows_used"]  # the K/V rows came with it
     assert other.send("Where did it sleep?", max_new_tokens=12).text() == chat.send("Where did it sleep?", max_new_tokens=12).text()
     other.history = history[:3]
     assert len(other.history) == 3

@@ -12,6 +12,7 @@
 
 #include "cli/commands.h"
 #include "common/error.h"
+#include "genai/session_file.h"
 
 namespace npullm::cli {
 
@@ -23,39 +24,12 @@ struct ChatOptions {
   GenerateOptions go;
 };
 
-void save_conversation(const LLMPipeline& pipe, const std::string& path) {
-  nlohmann::json msgs = nlohmann::json::array();
-  for (const ChatMessage& m : pipe.history()) msgs.push_back({{"role", m.role}, {"content", m.content}});
-  std::ofstream f(path);
-  f << msgs.dump(2) << "\n";
-  if (!f) fail("cannot write {}", path);
-}
-
-std::vector<ChatMessage> load_conversation(const std::string& path) {
-  std::ifstream f(path);
-  if (!f) fail("cannot open {}", path);
-  nlohmann::json j;
-  try {
-    j = nlohmann::json::parse(f);
-  } catch (const nlohmann::json::exception& e) {
-    fail("{}: not JSON: {}", path, e.what());
-  }
-  if (!j.is_array()) fail("{}: expected a JSON array of {{\"role\", \"content\"}} objects", path);
-  std::vector<ChatMessage> out;
-  for (const auto& m : j) {
-    if (!m.is_object() || !m.contains("role") || !m.contains("content") || !m["role"].is_string() || !m["content"].is_string())
-      fail("{}: every message needs string fields \"role\" and \"content\"", path);
-    out.push_back({m["role"].get<std::string>(), m["content"].get<std::string>()});
-  }
-  return out;
-}
-
 struct Totals {
   int64_t turns = 0, prefilled = 0, generated = 0, shifts = 0, reprefills = 0;
 };
 
 // Handles a /command; returns false to quit.
-bool command(LLMPipeline& pipe, const std::string& line, Totals& t) {
+bool command(LLMPipeline& pipe, const ChatOptions& o, const std::string& line, Totals& t) {
   auto arg = [&](size_t n) { return line.size() > n ? line.substr(n) : std::string(); };
   if (line == "/quit" || line == "/exit") return false;
   if (line == "/reset") {
@@ -68,11 +42,22 @@ bool command(LLMPipeline& pipe, const std::string& line, Totals& t) {
     fmt::print(stderr, "turns {}, tokens prefilled {}, generated {}, K/V rows in use {} of {}, context shifts {}, re-prefills {}\n{}\n",
                t.turns, t.prefilled, t.generated, pipe.kv_position(), pipe.capacity(), t.shifts, t.reprefills, pipe.description());
   } else if (line.rfind("/save ", 0) == 0) {
-    save_conversation(pipe, arg(6));
-    fmt::print(stderr, "(saved {} messages)\n", pipe.history().size());
+    // A session file (genai/session_file.h): the history, then the K/V rows it is in.
+    const std::string path = arg(6);
+    std::ofstream f(path, std::ios::binary | std::ios::trunc);
+    if (!f) fail("cannot write {}", path);
+    genai::write_session(f, o.model, o.go.pipeline_config(), pipe);
+    f.flush();
+    if (!f) fail("cannot write {}", path);
+    fmt::print(stderr, "(saved {} messages and {} K/V rows)\n", pipe.history().size(), pipe.kv_snapshot().ids.size());
   } else if (line.rfind("/load ", 0) == 0) {
-    pipe.set_history(load_conversation(arg(6)));
-    fmt::print(stderr, "(loaded {} messages; they are prefilled with the next turn)\n", pipe.history().size());
+    // A session file, or a bare JSON array of messages (what /save wrote before session files).
+    const std::string path = arg(6);
+    std::ifstream f(path, std::ios::binary);
+    if (!f) fail("cannot open {}", path);
+    const genai::LoadedSession l = genai::read_session(f, path, pipe, /*bare_arrays=*/true);
+    if (l.kv_restored) fmt::print(stderr, "(loaded {} messages with their K/V rows)\n", l.messages);
+    else fmt::print(stderr, "(loaded {} messages; they are prefilled with the next turn)\n", l.messages);
   } else {
     fmt::print(stderr, "commands: /reset  /system TEXT  /stats  /save FILE  /load FILE  /quit\n");
   }
@@ -99,7 +84,7 @@ int run(const ChatOptions& o) {
     if (line.empty()) continue;
     if (line[0] == '/') {
       try {
-        if (!command(pipe, line, totals)) break;
+        if (!command(pipe, o, line, totals)) break;
       } catch (const Error& e) {
         fmt::print(stderr, "npullm: error: {}\n", e.what());  // a bad command loses nothing
       }

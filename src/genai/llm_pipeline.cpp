@@ -403,6 +403,37 @@ void LLMPipeline::set_history(const std::vector<ChatMessage>& messages) {
   impl_->history_dirty = true;
 }
 
+KvSnapshot LLMPipeline::kv_snapshot() const {
+  const Impl& m = *impl_;
+  KvSnapshot kv;
+  if (!m.chatting || m.history_dirty || m.kv_ids.empty() || static_cast<int64_t>(m.kv_ids.size()) != m.rt->position()) return kv;
+  kv.rows = m.rt->save_rows();
+  if (kv.rows.empty()) return kv;  // rings: nothing to save
+  kv.key = m.rt->state_key();
+  kv.ids = m.kv_ids;
+  kv.pending = m.pending;
+  kv.n_keep = m.n_keep;
+  return kv;
+}
+
+bool LLMPipeline::restore_chat(const std::vector<ChatMessage>& messages, const KvSnapshot& kv) {
+  Impl& m = *impl_;
+  if (kv.key != m.rt->state_key() || kv.ids.empty() || static_cast<int64_t>(kv.ids.size() + kv.pending.size()) > m.cap()) return false;
+  const int64_t n_vocab = m.tok->n_vocab();
+  auto valid = [&](int32_t id) { return id >= 0 && id < n_vocab; };
+  if (!std::all_of(kv.ids.begin(), kv.ids.end(), valid) || !std::all_of(kv.pending.begin(), kv.pending.end(), valid)) return false;
+  if (kv.n_keep < 0 || kv.n_keep > static_cast<int64_t>(kv.ids.size())) return false;
+  if (!m.format) m.format = std::make_unique<genai::ChatFormat>(m.cfg.chat_template, *m.tok);
+  if (!m.rt->restore_rows(0, static_cast<int64_t>(kv.ids.size()), kv.rows)) return false;
+  m.chatting = true;
+  m.messages = messages;
+  m.history_dirty = false;
+  m.kv_ids = kv.ids;
+  m.pending = kv.pending;
+  m.n_keep = kv.n_keep;
+  return true;
+}
+
 std::vector<int32_t> LLMPipeline::conversation_ids() const {
   std::vector<int32_t> out = impl_->kv_ids;
   out.insert(out.end(), impl_->pending.begin(), impl_->pending.end());

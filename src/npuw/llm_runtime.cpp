@@ -188,6 +188,7 @@ void LlmRuntime::load_blobs() {
   // on the header alone spares hashing (and faulting in) the whole file at every start.
   const uint64_t header[2] = {hash_bytes(gguf_->file_data(), static_cast<size_t>(gguf_->data_offset())), gguf_->file_size()};
   const uint64_t model_hash = hash_bytes(header, sizeof header);
+  model_hash_ = model_hash;
   BlobCache cache(cache_dir, model_hash);
   // Packed weights are kept beside the model's blobs (the same key: the GGUF header and size).
   bank_ = std::make_unique<GgufWeightsBank>(*gguf_, cache.enabled() ? cache.model_dir() + "/panels16" : "", cfg_.huge_pages);
@@ -541,6 +542,39 @@ std::vector<float> LlmRuntime::get_state(const std::string& name, int64_t slot) 
     return out;
   }
   fail("no state variable named '{}'", name);
+}
+
+std::string LlmRuntime::state_key() const {
+  std::string layout;
+  for (const StateRegion& r : regions_) layout += fmt::format("{}:{};", r.name, r.row_bytes);
+  return fmt::format("{:016x}-{}-{:016x}", model_hash_, ggml_type_name(cfg_.kv_type), hash_bytes(layout.data(), layout.size()));
+}
+
+std::vector<uint8_t> LlmRuntime::save_rows(int64_t slot) const {
+  check_slot(slot);
+  if (ring_ > 0) return {};
+  const size_t n = static_cast<size_t>(position(slot)), first = static_cast<size_t>(slot * capacity());
+  std::vector<uint8_t> out;
+  out.reserve(n * static_cast<size_t>(stats_.kv_row_bytes));
+  for (const StateRegion& r : regions_) {
+    const uint8_t* base = kv_.data() + r.offset + first * r.row_bytes;
+    out.insert(out.end(), base, base + n * r.row_bytes);
+  }
+  return out;
+}
+
+bool LlmRuntime::restore_rows(int64_t slot, int64_t n, std::span<const uint8_t> bytes) {
+  check_slot(slot);
+  if (ring_ > 0 || n < 0 || n > capacity() || bytes.size() != static_cast<size_t>(n * stats_.kv_row_bytes)) return false;
+  const size_t first = static_cast<size_t>(slot * capacity());
+  const uint8_t* src = bytes.data();
+  for (const StateRegion& r : regions_) {
+    const size_t len = static_cast<size_t>(n) * r.row_bytes;
+    std::memcpy(kv_.data() + r.offset + first * r.row_bytes, src, len);
+    src += len;
+  }
+  pos_[static_cast<size_t>(slot)] = n;
+  return true;
 }
 
 int64_t LlmRuntime::variant_capacity(int64_t rows) const {

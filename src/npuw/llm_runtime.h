@@ -201,6 +201,19 @@ class LlmRuntime {
   std::vector<std::string> state_names() const;
   std::vector<float> get_state(const std::string& name, int64_t slot = 0) const;
 
+  // A slot's K/V rows as bytes, so that a conversation can be saved and resumed without prefilling
+  // it again: rows [0, position) of every state variable, one variable after another in state
+  // order, as stored (the K/V type's own bytes). state_key() names what such bytes fit: the model
+  // (its GGUF header, as the blob cache keys it), the K/V type and every variable's name and row
+  // size. Sliding-window rings are not in position order: with them there is nothing to save
+  // (an empty result; the conversation is prefilled again instead).
+  std::string state_key() const;
+  std::vector<uint8_t> save_rows(int64_t slot = 0) const;
+  // Makes `bytes` (save_rows' output for n rows, under the same state_key) the slot's first n rows
+  // and its position n. False, changing nothing, when they cannot be: rings, n past the capacity,
+  // or not the byte count n rows take here.
+  bool restore_rows(int64_t slot, int64_t n, std::span<const uint8_t> bytes);
+
  private:
   struct Program;  // one loaded blob with its bound inputs
   void load_blobs();
@@ -238,6 +251,7 @@ class LlmRuntime {
   std::shared_ptr<driver::ScratchArena> scratch_;  // shared by every blob (they run one at a time on queue_)
   std::vector<int64_t> pos_;                       // rows in use, per slot
   int64_t ring_ = 0;                               // rows of a slot's ring (0: no rings)
+  uint64_t model_hash_ = 0;                        // the GGUF header's hash (the blob cache's key)
   std::vector<int64_t> ring_pos_;                  // position each ring row holds (-1: none), slots x ring_
   RuntimeStats stats_;
 };

@@ -2,6 +2,7 @@
 // (codes + messages, never an exception or an abort), greedy text equal to the C++ pipeline's,
 // cancellation within a token, a prompt that cannot fit, chat sessions saved and loaded.
 #include <gtest/gtest.h>
+#include <nlohmann/json.hpp>
 
 #include <npullm/llm_pipeline.h>
 #include <npullm/npullm.h>
@@ -482,8 +483,8 @@ TEST(CapiChat, TurnsReuseTheKvStateAndASavedSessionLoads) {
   EXPECT_STREQ(h[2].content, r1.text);
   EXPECT_STREQ(h[4].content, r2.text);
 
-  // Saved and loaded into a new session: the same history; the next turn re-prefills it all and
-  // answers as the original session does.
+  // Saved and loaded into a new session: the same history and the K/V rows with it, so the next
+  // turn prefills only its own tokens (as the original session's does) and answers as it does.
   const std::string file = (dir.path / "chat.json").string();
   ASSERT_EQ(npullm_session_save(o.session, file.c_str()), NPULLM_OK) << npullm_last_error();
   npullm_session* other = nullptr;
@@ -502,7 +503,8 @@ TEST(CapiChat, TurnsReuseTheKvStateAndASavedSessionLoads) {
   ASSERT_EQ(npullm_chat(other, "Where did it sleep?", &s, nullptr, nullptr, &a), NPULLM_OK) << npullm_last_error();
   ASSERT_EQ(npullm_chat(o.session, "Where did it sleep?", &s, nullptr, nullptr, &b), NPULLM_OK);
   EXPECT_STREQ(a.text, b.text);
-  EXPECT_GT(a.metrics.prefill_tokens, b.metrics.prefill_tokens);  // the loaded one prefilled everything
+  EXPECT_EQ(a.metrics.prefill_tokens, b.metrics.prefill_tokens);
+  EXPECT_EQ(a.metrics.reprefills, 0);
   npullm_result_free(&a);
   npullm_result_free(&b);
 
@@ -525,6 +527,71 @@ TEST(CapiChat, TurnsReuseTheKvStateAndASavedSessionLoads) {
   npullm_session_free(other);
   npullm_result_free(&r1);
   npullm_result_free(&r2);
+}
+
+// A session file whose K/V rows cannot be used (cut short, a flipped byte, another model's key, a
+// version 1 file without them, messages edited after the save) still loads its history: the next
+// turn prefills the conversation again and (history unedited) answers as a session that never
+// stopped.
+TEST(CapiChat, ASessionFileWithUnusableKvRowsLoadsItsHistory) {
+  NPULLM_REQUIRE_SHARED(kModel);
+  TempDir dir;
+  Opened o(test_params(dir, kTemplate));
+  ASSERT_NE(o.session, nullptr);
+  const npullm_sampling s = greedy(16);
+  ASSERT_EQ(npullm_chat_start(o.session, "You tell short stories."), NPULLM_OK) << npullm_last_error();
+  ASSERT_EQ(npullm_chat(o.session, "Tell me about a dog.", &s, nullptr, nullptr, nullptr), NPULLM_OK) << npullm_last_error();
+  const std::string file = (dir.path / "chat.session").string();
+  ASSERT_EQ(npullm_session_save(o.session, file.c_str()), NPULLM_OK) << npullm_last_error();
+  std::ifstream in(file, std::ios::binary);
+  const std::string saved((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  const size_t json_end = saved.find("\n}\n") + 3;  // the rows follow the JSON's closing brace and a newline
+  ASSERT_GT(saved.size(), json_end + 1000) << "no K/V rows were saved";
+  npullm_kv_state kv;
+  ASSERT_EQ(npullm_session_kv_state(o.session, &kv), NPULLM_OK);
+
+  npullm_result want;
+  ASSERT_EQ(npullm_chat(o.session, "What was its name?", &s, nullptr, nullptr, &want), NPULLM_OK) << npullm_last_error();
+
+  std::string flipped = saved;
+  flipped[json_end + 500] = static_cast<char>(flipped[json_end + 500] ^ 0x40);
+  std::string other_key = saved;
+  const size_t key = other_key.find("\"key\": \"") + 8;
+  other_key[key] = other_key[key] == '0' ? '1' : '0';
+  nlohmann::json edited = nlohmann::json::parse(saved.substr(0, json_end));
+  edited["messages"][1]["content"] = "Tell me about a dog!";
+  nlohmann::json v1 = nlohmann::json::parse(saved.substr(0, json_end));
+  v1.erase("kv");
+  v1["version"] = 1;
+  const std::pair<const char*, std::string> cases[] = {
+      {"cut short", saved.substr(0, saved.size() - 100)},
+      {"a flipped byte", flipped},
+      {"another model's key", other_key},
+      {"version 1", v1.dump(2)},
+      {"an edited history", edited.dump(2) + "\n" + saved.substr(json_end)},
+  };
+  for (const auto& [what, bytes] : cases) {
+    SCOPED_TRACE(what);
+    const std::string path = (dir.path / "bad.session").string();
+    std::ofstream(path, std::ios::binary | std::ios::trunc) << bytes;
+    npullm_session* other = nullptr;
+    ASSERT_EQ(npullm_session_create(o.model, &other), NPULLM_OK);
+    ASSERT_EQ(npullm_session_load(other, path.c_str()), NPULLM_OK) << npullm_last_error();
+    npullm_chat_message* h = nullptr;
+    size_t n = 0;
+    ASSERT_EQ(npullm_session_history(other, &h, &n), NPULLM_OK);
+    EXPECT_EQ(n, 3u);
+    npullm_messages_free(h, n);
+    npullm_result got;
+    ASSERT_EQ(npullm_chat(other, "What was its name?", &s, nullptr, nullptr, &got), NPULLM_OK) << npullm_last_error();
+    if (std::string(what) != "an edited history") {
+      EXPECT_STREQ(got.text, want.text);
+    }
+    EXPECT_GT(got.metrics.prefill_tokens, kv.rows_used);  // the whole conversation again
+    npullm_result_free(&got);
+    npullm_session_free(other);
+  }
+  npullm_result_free(&want);
 }
 
 TEST(CapiChat, SessionFileErrors) {

@@ -364,5 +364,52 @@ TEST(CliTools, ChatJsonReportsEveryTurnWithItsMetrics) {
   EXPECT_EQ(turns[1]["metrics"]["reprefills"], 0);
 }
 
+// /save writes a session file with the K/V rows; /load in another process resumes from them: its
+// next turn prefills what the uninterrupted chat's does and gives the same reply. A bare JSON array
+// of messages (what /save wrote before session files) still loads, prefilled again.
+TEST(CliTools, ChatSaveAndLoadResumeWithTheKvRows) {
+  NPULLM_REQUIRE_SHARED(kModel);
+  const fs::path dir = fresh_dir("chat-save");
+  const std::string tmpl = (dir / "t.jinja").string();
+  std::ofstream(tmpl) << "{% for m in messages %}{{ m['role'] }}: {{ m['content'] }}\n{% endfor %}{% if add_generation_prompt %}assistant:{% endif %}";
+  const std::string session = (dir / "chat.session").string();
+  std::ofstream(dir / "a.txt") << "Tell me about a dog.\n/save " << session << "\nWhat did the dog do?\n";
+  std::ofstream(dir / "b.txt") << "/load " << session << "\nWhat did the dog do?\n";
+  const std::string chat = "chat -m " + test::shared_path(kModel) + " --chat-template " + tmpl + " --json -n 12 --no-cache --variants 256 < ";
+  auto turns_of = [](const std::string& out) {
+    std::stringstream lines(out);
+    std::string line;
+    std::vector<nlohmann::json> turns;
+    while (std::getline(lines, line)) turns.push_back(nlohmann::json::parse(line));
+    return turns;
+  };
+  Proc a = test::run_npullm(chat + (dir / "a.txt").string());
+  ASSERT_EQ(a.rc, 0) << a.err;
+  EXPECT_NE(a.err.find("(saved 2 messages and "), std::string::npos) << a.err;
+  Proc b = test::run_npullm(chat + (dir / "b.txt").string());
+  ASSERT_EQ(b.rc, 0) << b.err;
+  EXPECT_NE(b.err.find("(loaded 2 messages with their K/V rows)"), std::string::npos) << b.err;
+  const auto ta = turns_of(a.out), tb = turns_of(b.out);
+  ASSERT_EQ(ta.size(), 2u);
+  ASSERT_EQ(tb.size(), 1u);
+  EXPECT_EQ(tb[0]["reply"], ta[1]["reply"]);
+  EXPECT_EQ(tb[0]["ids"], ta[1]["ids"]);
+  EXPECT_EQ(tb[0]["metrics"]["prefill_tokens"], ta[1]["metrics"]["prefill_tokens"]);
+  EXPECT_EQ(tb[0]["metrics"]["reprefills"], 0);
+
+  // The old format: the same messages as a bare array.
+  nlohmann::json messages = nlohmann::json::array();
+  messages.push_back({{"role", "user"}, {"content", "Tell me about a dog."}});
+  messages.push_back({{"role", "assistant"}, {"content", ta[0]["reply"]}});
+  std::ofstream(dir / "old.json") << messages.dump();
+  std::ofstream(dir / "c.txt") << "/load " << (dir / "old.json").string() << "\nWhat did the dog do?\n";
+  Proc c = test::run_npullm(chat + (dir / "c.txt").string());
+  ASSERT_EQ(c.rc, 0) << c.err;
+  EXPECT_NE(c.err.find("(loaded 2 messages; they are prefilled with the next turn)"), std::string::npos) << c.err;
+  const auto tc = turns_of(c.out);
+  ASSERT_EQ(tc.size(), 1u);
+  EXPECT_GT(tc[0]["metrics"]["prefill_tokens"].get<int>(), ta[1]["metrics"]["prefill_tokens"].get<int>());
+}
+
 }  // namespace
 }  // namespace npullm

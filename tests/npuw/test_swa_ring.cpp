@@ -135,6 +135,11 @@ TEST(SwaRing, RefusesWhatTheRingNoLongerHolds) {
   EXPECT_FALSE(rt.can_shift(10, 50));
   EXPECT_THROW(rt.shift(10, 50), Error);
   EXPECT_EQ(rt.position(), 64);
+  // Rings are not in position order: nothing to save (a session file then keeps the history only),
+  // and nothing restored.
+  EXPECT_TRUE(rt.save_rows().empty());
+  EXPECT_FALSE(rt.restore_rows(0, 0, {}));
+  EXPECT_EQ(rt.position(), 64);
   // What it can serve still works, and a reset always does.
   EXPECT_TRUE(rt.can_truncate(0, 60));
   rt.truncate(0, 60);
