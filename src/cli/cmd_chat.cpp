@@ -46,10 +46,10 @@ bool command(LLMPipeline& pipe, const ChatOptions& o, const std::string& line, T
     const std::string path = arg(6);
     std::ofstream f(path, std::ios::binary | std::ios::trunc);
     if (!f) fail("cannot write {}", path);
-    genai::write_session(f, o.model, o.go.pipeline_config(), pipe);
+    const int64_t rows = genai::write_session(f, o.model, o.go.pipeline_config(), pipe);
     f.flush();
     if (!f) fail("cannot write {}", path);
-    fmt::print(stderr, "(saved {} messages and {} K/V rows)\n", pipe.history().size(), pipe.kv_snapshot().ids.size());
+    fmt::print(stderr, "(saved {} messages and {} K/V rows)\n", pipe.history().size(), rows);
   } else if (line.rfind("/load ", 0) == 0) {
     // A session file, or a bare JSON array of messages (what /save wrote before session files).
     const std::string path = arg(6);

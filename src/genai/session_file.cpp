@@ -101,7 +101,7 @@ KvSnapshot snapshot_of(const json& kv, const json& messages, std::istream& in, s
 
 }  // namespace
 
-void write_session(std::ostream& out, const std::string& model, const PipelineConfig& options, const LLMPipeline& pipe) {
+int64_t write_session(std::ostream& out, const std::string& model, const PipelineConfig& options, const LLMPipeline& pipe) {
   json msgs = json::array();
   for (const ChatMessage& m : pipe.history()) msgs.push_back({{"role", m.role}, {"content", m.content}});
   json doc = {{"format", kFormat}, {"version", kFormatVersion}, {"model", model}, {"options", options_of(options)}, {"messages", msgs}};
@@ -116,6 +116,7 @@ void write_session(std::ostream& out, const std::string& model, const PipelineCo
                  {"history_xxh64", history_sum(msgs)}};
   out << doc.dump(2) << "\n";
   out.write(reinterpret_cast<const char*>(kv.rows.data()), static_cast<std::streamsize>(kv.rows.size()));
+  return kv.rows.empty() ? 0 : static_cast<int64_t>(kv.ids.size());
 }
 
 LoadedSession read_session(std::istream& in, const std::string& name, LLMPipeline& pipe, bool bare_arrays) {

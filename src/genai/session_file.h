@@ -4,6 +4,7 @@
 #pragma once
 #include <npullm/llm_pipeline.h>
 
+#include <cstdint>
 #include <istream>
 #include <ostream>
 #include <string>
@@ -11,8 +12,8 @@
 namespace npullm::genai {
 
 // Writes `pipe`'s chat history, the model path and options (for the reader's information) and
-// the chat's K/V rows where it has any to save (LLMPipeline::kv_snapshot).
-void write_session(std::ostream& out, const std::string& model, const PipelineConfig& options, const LLMPipeline& pipe);
+// the chat's K/V rows where it has any to save (LLMPipeline::kv_snapshot); returns how many rows.
+int64_t write_session(std::ostream& out, const std::string& model, const PipelineConfig& options, const LLMPipeline& pipe);
 
 struct LoadedSession {
   size_t messages = 0;
