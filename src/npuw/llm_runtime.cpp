@@ -577,6 +577,20 @@ bool LlmRuntime::restore_rows(int64_t slot, int64_t n, std::span<const uint8_t> 
   return true;
 }
 
+bool LlmRuntime::copy_rows(int64_t from, int64_t to, int64_t n) {
+  check_slot(from);
+  check_slot(to);
+  if (ring_ > 0 || from == to || n < 0 || n > position(from)) return false;
+  const size_t src = static_cast<size_t>(from * capacity()), dst = static_cast<size_t>(to * capacity());
+  for (const StateRegion& r : regions_) {
+    uint8_t* base = kv_.data() + r.offset;
+    std::memcpy(base + dst * r.row_bytes, base + src * r.row_bytes, static_cast<size_t>(n) * r.row_bytes);
+    stats_.kv_bytes_copied += n * static_cast<int64_t>(r.row_bytes);
+  }
+  pos_[static_cast<size_t>(to)] = n;
+  return true;
+}
+
 int64_t LlmRuntime::variant_capacity(int64_t rows) const {
   for (int64_t c : cfg_.variants)
     if (c >= rows) return c;

@@ -91,7 +91,7 @@ struct RuntimeStats {
   int64_t padded_positions = 0;        // padding tokens computed by prefill chunks
   int64_t decode_tokens = 0;
   std::set<int64_t> variants_used;     // capacities of the generate variants that ran
-  int64_t kv_bytes_copied = 0;         // K/V bytes moved by the runtime itself (only context shifts move any)
+  int64_t kv_bytes_copied = 0;         // K/V bytes moved by the runtime itself (context shifts, copy_rows)
   int64_t context_shifts = 0;
   int64_t kv_capacity = 0;             // C_max
   int64_t scratch_bytes = 0;           // the one scratch arena every blob shares (the largest blob's need)
@@ -213,6 +213,11 @@ class LlmRuntime {
   // and its position n. False, changing nothing, when they cannot be: rings, n past the capacity,
   // or not the byte count n rows take here.
   bool restore_rows(int64_t slot, int64_t n, std::span<const uint8_t> bytes);
+  // Makes slot `from`'s first n rows slot `to`'s first n rows (its position n): a prefix one
+  // sequence has run, handed to another (the server's prefix reuse across slots). The bytes are
+  // counted in kv_bytes_copied. False, changing nothing, with rings, from == to, or n past the rows
+  // `from` holds.
+  bool copy_rows(int64_t from, int64_t to, int64_t n);
 
  private:
   struct Program;  // one loaded blob with its bound inputs

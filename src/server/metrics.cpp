@@ -49,6 +49,8 @@ std::string prometheus_text(const genai::SchedulerStatus& st, const std::map<std
   metric(out, "npullm_requests_failed_total", "counter", "Generation requests that failed in the runtime.", st.requests_failed);
   metric(out, "npullm_prompt_tokens_total", "counter", "Prompt tokens of admitted requests.", st.prompt_tokens);
   metric(out, "npullm_cached_prompt_tokens_total", "counter", "Prompt tokens reused from a slot's K/V rows instead of prefilled.", st.cached_tokens);
+  metric(out, "npullm_copied_prefix_rows_total", "counter", "Of the cached prompt tokens, K/V rows copied in from another slot's prefix.",
+         st.copied_prefix_rows);
   metric(out, "npullm_generated_tokens_total", "counter", "Tokens generated.", st.generated_tokens);
   metric(out, "npullm_decode_steps_total", "counter", "Batched decode steps run.", st.decode_steps);
   metric(out, "npullm_padded_rows_total", "counter", "Rows of batched generate blobs that held no sequence.", st.padded_rows);

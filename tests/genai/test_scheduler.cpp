@@ -129,6 +129,65 @@ TEST(Scheduler, APromptSharingAPrefixWithAFreeSlotPrefillsOnlyTheRest) {
   EXPECT_EQ(sched.status().cached_tokens, static_cast<uint64_t>(b.result.cached_tokens));
 }
 
+// A request whose prompt shares a long prefix with one still running in another slot (a common
+// system prompt) gets that slot's rows copied in: it prefills only the rest and answers as
+// LLMPipeline does for its whole prompt.
+TEST(Scheduler, APromptSharingAPrefixWithABusySlotCopiesItsRows) {
+  NPULLM_REQUIRE_SHARED(kModel);
+  const std::string path = test::shared_path(kModel);
+  genai::SchedulerConfig sc;
+  sc.parallel = 2;
+  genai::Scheduler sched(path, pipeline_config(), sc);
+  auto tail = [&](const char* text) {
+    const std::vector<int32_t> v = sched.encode_prompt(text);
+    return std::vector<int32_t>(v.begin() + 1, v.end());  // without BOS
+  };
+  std::vector<int32_t> pa = sched.encode_prompt(
+      "Once upon a time there was a little girl named Lily. She lived in a small house with her mom and dad. Every day she");
+  std::vector<int32_t> pb = pa;
+  const std::vector<int32_t> ta = tail(" went to the park to play."), tb = tail(" liked to sing songs with her dog.");
+  pa.insert(pa.end(), ta.begin(), ta.end());
+  pb.insert(pb.end(), tb.begin(), tb.end());
+  size_t shared = 0;
+  while (shared < pa.size() && shared < pb.size() && pa[shared] == pb[shared]) ++shared;
+  ASSERT_GE(shared, genai::Scheduler::kMinCopiedRows + 8);
+  ASSERT_LT(shared, pb.size());
+
+  // B is submitted when A streams its first piece: A's prompt rows are in and it keeps decoding
+  // (ignore_eos), so its slot is busy when B is admitted.
+  GenerationConfig ga = greedy(60);
+  ga.ignore_eos = true;
+  std::promise<genai::ServeResult> done_a, done_b;
+  bool b_sent = false;
+  genai::ServeRequest b;
+  b.prompt_ids = pb;
+  b.gen = greedy(20);
+  b.on_done = [&](const genai::ServeResult& r) { done_b.set_value(r); };
+  genai::ServeRequest a;
+  a.prompt_ids = pa;
+  a.gen = ga;
+  a.on_text = [&](std::string_view) {
+    if (!b_sent) {
+      b_sent = true;
+      sched.submit(std::move(b));
+    }
+    return true;
+  };
+  a.on_done = [&](const genai::ServeResult& r) { done_a.set_value(r); };
+  sched.submit(std::move(a));
+  const genai::ServeResult ra = done_a.get_future().get(), rb = done_b.get_future().get();
+  EXPECT_EQ(ra.error, "");
+  EXPECT_EQ(rb.error, "");
+  EXPECT_EQ(ra.cached_tokens, 0);
+  EXPECT_NE(rb.slot, ra.slot);
+  EXPECT_EQ(rb.cached_tokens, static_cast<int64_t>(shared));
+  EXPECT_EQ(sched.status().copied_prefix_rows, shared);
+  EXPECT_EQ(sched.runtime().stats().kv_bytes_copied, static_cast<int64_t>(shared) * sched.runtime().stats().kv_row_bytes);
+  LLMPipeline pipe(path, pipeline_config());
+  EXPECT_EQ(rb.text, pipe.generate_ids(pb, greedy(20)).text);
+  EXPECT_EQ(rb.ids, pipe.generate_ids(pb, greedy(20)).ids);
+}
+
 TEST(Scheduler, CancellationFreesTheSlotAndAFullQueueIsRefused) {
   NPULLM_REQUIRE_SHARED(kModel);
   const std::string path = test::shared_path(kModel);

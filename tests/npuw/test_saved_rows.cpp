@@ -1,7 +1,8 @@
-// Saved K/V rows (LlmRuntime::save_rows / restore_rows, what a session file holds): rows saved
-// from one slot and restored into another slot, and into a second runtime, continue the sequence
-// with the bits of the runtime that prefilled it (the next token's logits and the greedy tokens
-// after it); rows that do not fit are refused without touching the state.
+// Saved and copied K/V rows (LlmRuntime::save_rows / restore_rows, what a session file holds;
+// copy_rows, the server's prefix reuse across slots): rows saved from one slot and restored into
+// another slot and into a second runtime, or copied from slot to slot, continue the sequence with
+// the bits of the slot that prefilled it (the next token's logits and the greedy tokens after it);
+// rows that do not fit are refused without touching the state.
 #include <gtest/gtest.h>
 
 #include "formats/ggml_types.h"
@@ -54,7 +55,7 @@ TEST_P(SavedRows, RestoredRowsContinueWithTheSameBits) {
   tokens.resize(21);
   const std::vector<int32_t> prompt(tokens.begin(), tokens.end() - 1);
 
-  npuw::LlmRuntime a(test::shared_path(c.model), config(c.kv, 2));
+  npuw::LlmRuntime a(test::shared_path(c.model), config(c.kv, 3));
   a.prefill_slot(0, prompt);
   const std::vector<uint8_t> rows = a.save_rows(0);
   ASSERT_EQ(rows.size(), prompt.size() * static_cast<size_t>(a.stats().kv_row_bytes));
@@ -62,6 +63,12 @@ TEST_P(SavedRows, RestoredRowsContinueWithTheSameBits) {
   // Into slot 1 of the same runtime and slot 0 of another one.
   ASSERT_TRUE(a.restore_rows(1, static_cast<int64_t>(prompt.size()), rows));
   EXPECT_EQ(a.position(1), a.position(0));
+  const int64_t copied_before = a.stats().kv_bytes_copied;
+  ASSERT_TRUE(a.copy_rows(0, 2, static_cast<int64_t>(prompt.size())));
+  EXPECT_EQ(a.position(2), a.position(0));
+  EXPECT_EQ(a.stats().kv_bytes_copied - copied_before, static_cast<int64_t>(rows.size()));
+  EXPECT_FALSE(a.copy_rows(0, 0, 1));
+  EXPECT_FALSE(a.copy_rows(0, 1, a.position(0) + 1));
   npuw::LlmRuntime b(test::shared_path(c.model), config(c.kv, 1));
   EXPECT_EQ(b.state_key(), a.state_key());
   ASSERT_TRUE(b.restore_rows(0, static_cast<int64_t>(prompt.size()), rows));
@@ -69,16 +76,20 @@ TEST_P(SavedRows, RestoredRowsContinueWithTheSameBits) {
     SCOPED_TRACE(name);
     const std::vector<float> want = a.get_state(name, 0);
     EXPECT_EQ(a.get_state(name, 1), want);
+    EXPECT_EQ(a.get_state(name, 2), want);
     EXPECT_EQ(b.get_state(name, 0), want);
   }
 
-  std::vector<float> t0, t1, tb;
+  std::vector<float> t0, t1, t2, tb;
   const std::vector<int32_t> ids0 = continue_greedy(a, 0, tokens.back(), 12, t0);
   const std::vector<int32_t> ids1 = continue_greedy(a, 1, tokens.back(), 12, t1);
+  const std::vector<int32_t> ids2 = continue_greedy(a, 2, tokens.back(), 12, t2);
   const std::vector<int32_t> idsb = continue_greedy(b, 0, tokens.back(), 12, tb);
   EXPECT_EQ(ids1, ids0);
+  EXPECT_EQ(ids2, ids0);
   EXPECT_EQ(idsb, ids0);
   EXPECT_EQ(t1, t0);  // bit for bit
+  EXPECT_EQ(t2, t0);
   EXPECT_EQ(tb, t0);
 }
 

@@ -173,9 +173,29 @@ bool Scheduler::admit() {
     std::unique_ptr<Active> a = std::move(queue_.front());
     queue_.pop_front();
     // At least the last prompt token is run: its logits give the first token.
-    const size_t keep = std::min(best_len, prompt.size() - 1);
-    rt_->truncate(best->id, static_cast<int64_t>(keep));
-    best->tokens.resize(keep);
+    size_t keep = std::min(best_len, prompt.size() - 1);
+    // Another slot, busy or free, may hold a longer prefix (a system prompt that every request
+    // starts with, a conversation still running): its rows are copied in, far cheaper than
+    // prefilling them (a row's bytes against a row's matmuls). Only for a gain of a few rows at
+    // least; not with sliding-window rings (copy_rows refuses).
+    Slot* donor = nullptr;
+    size_t donor_keep = keep;
+    for (auto& s : slots_) {
+      if (s.get() == best) continue;
+      const size_t k = std::min(common_prefix(s->tokens, prompt), prompt.size() - 1);
+      if (k >= donor_keep + kMinCopiedRows) {
+        donor = s.get();
+        donor_keep = k;
+      }
+    }
+    if (donor && rt_->copy_rows(donor->id, best->id, static_cast<int64_t>(donor_keep))) {
+      best->tokens.assign(prompt.begin(), prompt.begin() + static_cast<long>(donor_keep));
+      keep = donor_keep;
+      work_.copied_prefix_rows += donor_keep;
+    } else {
+      rt_->truncate(best->id, static_cast<int64_t>(keep));
+      best->tokens.resize(keep);
+    }
     a->prefilled = keep;
     a->res.cached_tokens = static_cast<int64_t>(keep);
     a->res.prompt_tokens = static_cast<int64_t>(prompt.size());

@@ -57,7 +57,7 @@ struct ServeResult {
   std::vector<int32_t> ids;          // generated ids
   FinishReason finish = FinishReason::Length;
   int64_t prompt_tokens = 0;         // tokens of the prompt
-  int64_t cached_tokens = 0;         // of those, rows reused from the slot (not prefilled)
+  int64_t cached_tokens = 0;         // of those, rows reused (kept by the slot or copied from another; not prefilled)
   int64_t slot = -1;
   double queue_ms = 0;               // submit to admission
   double ttft_ms = 0;                // submit to first token
@@ -106,6 +106,7 @@ struct SchedulerStatus {
   // Totals since start.
   uint64_t requests_done = 0, requests_cancelled = 0, requests_failed = 0;
   uint64_t prompt_tokens = 0, cached_tokens = 0, generated_tokens = 0;
+  uint64_t copied_prefix_rows = 0;   // of cached_tokens, rows copied in from another slot
   uint64_t decode_steps = 0, padded_rows = 0, prefill_chunks = 0;
   double longest_decode_stall_ms = 0;  // longest gap between decode steps while sequences were decoding
   Histogram ttft_ms, token_latency_ms;
@@ -118,6 +119,10 @@ struct SchedulerConfig {
 
 class Scheduler {
  public:
+  // A prefix another slot holds is copied in when it is at least this many rows longer than what
+  // the chosen free slot keeps: below that, prefilling the difference costs about as little.
+  static constexpr size_t kMinCopiedRows = 16;
+
   Scheduler(const std::string& model_path, const PipelineConfig& cfg, const SchedulerConfig& sc);
   ~Scheduler();  // shutdown()
   Scheduler(const Scheduler&) = delete;
