@@ -176,8 +176,8 @@ bool Scheduler::admit() {
     size_t keep = std::min(best_len, prompt.size() - 1);
     // Another slot, busy or free, may hold a longer prefix (a system prompt that every request
     // starts with, a conversation still running): its rows are copied in, far cheaper than
-    // prefilling them (a row's bytes against a row's matmuls). Only for a gain of a few rows at
-    // least; not with sliding-window rings (copy_rows refuses).
+    // prefilling them (a row's bytes against a row's matmuls). Only for a gain of kMinCopiedRows
+    // or more; not with sliding-window rings (copy_rows refuses).
     Slot* donor = nullptr;
     size_t donor_keep = keep;
     for (auto& s : slots_) {

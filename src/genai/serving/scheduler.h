@@ -120,7 +120,8 @@ struct SchedulerConfig {
 class Scheduler {
  public:
   // A prefix another slot holds is copied in when it is at least this many rows longer than what
-  // the chosen free slot keeps: below that, prefilling the difference costs about as little.
+  // the chosen free slot keeps. A copy moves every row of the prefix, not only the gain, so for a
+  // few rows more (a shared BOS or template header) it would cost about what it saves.
   static constexpr size_t kMinCopiedRows = 16;
 
   Scheduler(const std::string& model_path, const PipelineConfig& cfg, const SchedulerConfig& sc);
