@@ -73,6 +73,12 @@ struct LLMPipeline::Impl {
 
   int64_t cap() const { return rt->capacity(); }
 
+  // The chat format, built on first use (it throws for a model without a template).
+  genai::ChatFormat& chat_format() {
+    if (!format) format = std::make_unique<genai::ChatFormat>(cfg.chat_template, *tok);
+    return *format;
+  }
+
   void clear_state() {
     rt->reset();
     kv_ids.clear();
@@ -380,7 +386,7 @@ GenerationResult LLMPipeline::generate_ids(const std::vector<int32_t>& ids, cons
 }
 
 void LLMPipeline::start_chat(const std::string& system_message) {
-  if (!impl_->format) impl_->format = std::make_unique<genai::ChatFormat>(impl_->cfg.chat_template, *impl_->tok);
+  impl_->chat_format();
   impl_->chatting = true;
   impl_->messages.clear();
   if (!system_message.empty()) impl_->messages.push_back({"system", system_message});
@@ -423,7 +429,7 @@ bool LLMPipeline::restore_chat(const std::vector<ChatMessage>& messages, const K
   auto valid = [&](int32_t id) { return id >= 0 && id < n_vocab; };
   if (!std::all_of(kv.ids.begin(), kv.ids.end(), valid) || !std::all_of(kv.pending.begin(), kv.pending.end(), valid)) return false;
   if (kv.n_keep < 0 || kv.n_keep > static_cast<int64_t>(kv.ids.size())) return false;
-  if (!m.format) m.format = std::make_unique<genai::ChatFormat>(m.cfg.chat_template, *m.tok);
+  m.chat_format();
   if (!m.rt->restore_rows(0, static_cast<int64_t>(kv.ids.size()), kv.rows)) return false;
   m.chatting = true;
   m.messages = messages;
@@ -454,8 +460,7 @@ std::vector<int64_t> LLMPipeline::variants() const { return impl_->rt->variants(
 int64_t LLMPipeline::last_variant() const { return impl_->rt->stats().last_capacity; }
 
 std::string LLMPipeline::apply_chat_template(const std::vector<ChatMessage>& messages, bool add_generation_prompt) const {
-  if (!impl_->format) impl_->format = std::make_unique<genai::ChatFormat>(impl_->cfg.chat_template, *impl_->tok);
-  return impl_->format->render(messages, add_generation_prompt);
+  return impl_->chat_format().render(messages, add_generation_prompt);
 }
 
 std::string LLMPipeline::description() const {
