@@ -16,8 +16,9 @@ enum class OpCode : uint32_t {
   // iparam 0: the table's layout (WeightLayout, as MatMul's W: a tied embedding is also the output
   // projection's weight, and then takes the layout that one reads fastest).
   Embed = 1,
-  // out[s, :] = x[s, :] / sqrt(mean(x[s, :]^2) + eps) * w.  ptr: 0 x, 1 w (f32 [D]), 2 out.
-  // dim: 0 S, 1 D. fparam 0 eps. (Per-head norms are S = tokens x heads rows of D = head size.)
+  // out[s, :] = x[s, :] / sqrt(mean(x[s, :]^2) + eps) * w (+ res[s, :]).  ptr: 0 x, 1 w (f32 [D]),
+  // 2 out, 3 res (f32 [S,D]) or 0. dim: 0 S, 1 D. fparam 0 eps. (Per-head norms are S = tokens x
+  // heads rows of D = head size, without res.)
   RmsNorm = 2,
   // out[m, n] = sum_k x[m, k] * W[n, k] (+ bias[n]) (+ res[m, n]).
   // ptr: 0 x (f32 [M,K]), 1 W (type[1], N rows of K), 2 out (f32 [M,N]), 3 bias (f32 [N]) or 0,
@@ -36,14 +37,16 @@ enum class OpCode : uint32_t {
   // 2 freq factors (f32 [n_rot/2]) or 0.
   // dim: 0 S, 1 H, 2 hd, 3 n_rot (<= hd, even). theta_i = pos * freq_scale * base^(-2i/n_rot) / factor_i.
   // fparam: 0 freq_base, 1 freq_scale. iparam 0: 0 = adjacent pairs (GPT-J / llama "normal"),
-  // 2 = halves (GPT-NeoX).
+  // 2 = halves (GPT-NeoX). iparam 1 = Prologue::RmsNorm (F32 x): each head row is first normalised
+  // in place as RmsNorm would (ptr 3 its weight, f32 [hd]; fparam 2 eps).
   Rope = 5,
   // dst[idx[s], :] = src[s, :] for s < S where 0 <= idx[s] < C; other rows are skipped.
   // ptr: 0 src (f32 [S,R]), 1 idx (i32 [S]), 2 dst (type[2] in {F32, F16, Q8_0}, [C,R]; Q8_0 rows
   // are R/32 blocks of 34 bytes quantised as ggml's reference does). dim: 0 S, 1 R, 2 C.
   // iparam 1 = Prologue::Rope: each source row is first rotated as Rope would rotate it (not in
   // place): ptr 3 pos, 4 freq factors or 0; dim 3 H, 4 hd (H * hd = R), 5 n_rot; fparam 0
-  // freq_base, 1 freq_scale; iparam 0 mode.
+  // freq_base, 1 freq_scale; iparam 0 mode. iparam 1 = Prologue::RmsNormRope: each head of the row
+  // is normalised as RmsNorm would first (ptr 5 its weight, f32 [hd]; fparam 2 eps), then rotated.
   ScatterRows = 6,
   // Scaled dot-product attention with grouped heads and an additive mask, each query over its own
   // window of C rows of the K/V tensors, starting at row b_s = base[s] (0 without base):
@@ -72,9 +75,9 @@ enum class OpCode : uint32_t {
   GeGlu = 13,
 };
 
-// What a MatMul or ScatterRows task applies to its input as it reads it (iparam 1): an op folded
-// into it by the compiler (compiler::fuse_stages), so it costs no stage of its own.
-enum class Prologue : int32_t { None = 0, RmsNorm = 1, SwiGlu = 2, GeGlu = 3, Rope = 4 };
+// What a MatMul, Rope or ScatterRows task applies to its input as it reads it (iparam 1): an op
+// folded into it by the compiler (compiler::fuse_stages), so it costs no stage of its own.
+enum class Prologue : int32_t { None = 0, RmsNorm = 1, SwiGlu = 2, GeGlu = 3, Rope = 4, RmsNormRope = 5 };
 
 inline constexpr int kMaxOperands = 6;
 inline constexpr int kMaxDims = 6;

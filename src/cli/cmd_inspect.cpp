@@ -1,5 +1,6 @@
 // npullm inspect: validate a blob (the loader's own checks) and print its I/O, memory plan, tasks
 // and relocations.
+#include <algorithm>
 #include <fmt/format.h>
 #include <fmt/ranges.h>
 #include <fstream>
@@ -19,6 +20,7 @@ std::string prologue_name(int32_t p) {
     case blob::Prologue::SwiGlu: return "SwiGlu";
     case blob::Prologue::GeGlu: return "GeGlu";
     case blob::Prologue::Rope: return "Rope";
+    case blob::Prologue::RmsNormRope: return "RmsNorm+Rope";
     default: return "prologue " + std::to_string(p);
   }
 }
@@ -68,9 +70,14 @@ int run(const std::string& path) {
   for (size_t i = 0; i < img.tasks.size(); ++i) {
     const blob::TaskDesc& t = img.tasks[i];
     std::string op = blob::op_name(t.op);
-    if ((t.op == static_cast<uint32_t>(blob::OpCode::MatMul) || t.op == static_cast<uint32_t>(blob::OpCode::ScatterRows)) &&
+    if ((t.op == static_cast<uint32_t>(blob::OpCode::MatMul) || t.op == static_cast<uint32_t>(blob::OpCode::ScatterRows) ||
+         t.op == static_cast<uint32_t>(blob::OpCode::Rope)) &&
         t.iparam[1] != 0)
       op = prologue_name(t.iparam[1]) + "+" + op;  // an op the compiler folded into this task
+    const size_t res_slot = i * sizeof(blob::TaskDesc) + offsetof(blob::TaskDesc, ptr) + 3 * 8;
+    if (t.op == static_cast<uint32_t>(blob::OpCode::RmsNorm) &&
+        std::any_of(img.relocs.begin(), img.relocs.end(), [&](const blob::Reloc& r) { return r.offset == res_slot; }))
+      op += "+Add";  // a folded residual
     fmt::print("  {:>4} stage {:>3} {:<19} dims [{}]\n", i, t.stage, op, fmt::join(t.dim, ","));
   }
   fmt::print("\nbarriers: ");

@@ -252,6 +252,12 @@ class Lowering {
           task.dim[0] = S * parts; task.dim[1] = n.shape.at(1).value / parts; task.fparam[0] = n.eps;
           if (ir::num_elements(shape_of(1)) != task.dim[1])
             fail("compiler: RmsNorm '{}': weight {} does not match rows of {}", n.name, ir::shape_to_string(shape_of(1)), task.dim[1]);
+          if (n.inputs.size() > 2 && n.inputs[2] != ir::kNoInput) {  // a folded residual Add
+            if (n.heads > 0 || ir::num_elements(shape_of(2)) != ir::num_elements(n.shape))
+              fail("compiler: RmsNorm '{}': a residual of {} for rows [{},{}]", n.name, ir::shape_to_string(shape_of(2)), S,
+                   n.shape.at(1).value);
+            bind_operand(task, t, 3, in(2));
+          }
           break;
         }
         case Op::SliceCols: {
@@ -294,6 +300,14 @@ class Lowering {
           bind_operand(task, t, 0, id); bind_operand(task, t, 1, in(1)); bind_operand(task, t, 2, in(2));
           task.dim[0] = S; task.dim[1] = n.heads; task.dim[2] = ir::num_elements(n.shape) / S / n.heads; task.dim[3] = n.n_rot;
           task.fparam[0] = n.freq_base; task.fparam[1] = n.freq_scale; task.iparam[0] = n.rope_mode;
+          if (n.has_prologue()) {  // a folded per-head norm
+            if (n.prologue != Op::RmsNorm || n.type != 0 || n.inputs.size() < 4 ||
+                ir::num_elements(g_.node(n.inputs[3]).shape) != task.dim[2])
+              fail("compiler: Rope '{}' cannot apply a {} to heads of {}", n.name, ir::op_name(n.prologue), task.dim[2]);
+            bind_operand(task, t, 3, n.inputs[3]);
+            task.iparam[1] = static_cast<int32_t>(blob::Prologue::RmsNorm);
+            task.fparam[2] = n.eps;
+          }
           break;
         case Op::ScatterRows: {
           task.op = static_cast<uint32_t>(OpCode::ScatterRows);
@@ -387,6 +401,14 @@ class Lowering {
     task.dim[3] = n.heads; task.dim[4] = R / n.heads; task.dim[5] = n.n_rot;
     task.fparam[0] = n.freq_base; task.fparam[1] = n.freq_scale;
     task.iparam[0] = n.rope_mode; task.iparam[1] = static_cast<int32_t>(blob::Prologue::Rope);
+    if (n.inputs.size() > 5 && n.inputs[5] != ir::kNoInput) {  // the Rope's folded per-head norm
+      if (ir::num_elements(g_.node(n.inputs[5]).shape) != R / n.heads)
+        fail("compiler: ScatterRows '{}': a head norm weight of {} for heads of {}", n.name,
+             ir::num_elements(g_.node(n.inputs[5]).shape), R / n.heads);
+      bind_operand(task, t, 5, n.inputs[5]);
+      task.iparam[1] = static_cast<int32_t>(blob::Prologue::RmsNormRope);
+      task.fparam[2] = n.eps;
+    }
   }
 
   const ir::Graph& g_;

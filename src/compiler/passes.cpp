@@ -1,5 +1,6 @@
 #include "compiler/passes.h"
 
+#include <algorithm>
 #include <set>
 
 #include "common/error.h"
@@ -89,6 +90,18 @@ void set_input(ir::Node& n, size_t k, int id) {
   n.inputs[k] = id;
 }
 
+int input_or_none(const ir::Node& n, size_t k) { return k < n.inputs.size() ? n.inputs[k] : ir::kNoInput; }
+
+// Whether `id` is an intermediate that exactly one node reads, once (an op may then update it in place).
+bool sole_reader(const ir::Graph& g, int id, int reader) {
+  const ir::Op op = g.node(id).op;
+  if (op == ir::Op::Parameter || op == ir::Op::Weight || op == ir::Op::ReadValue) return false;
+  const std::vector<int> users = g.consumers(id);
+  if (users.size() != 1 || users[0] != reader) return false;
+  const ir::Node& r = g.node(reader);
+  return std::count(r.inputs.begin(), r.inputs.end(), id) == 1;
+}
+
 }  // namespace
 
 ir::Graph fuse_stages(const ir::Graph& g) {
@@ -100,7 +113,7 @@ ir::Graph fuse_stages(const ir::Graph& g) {
     if (n.op == ir::Op::MatMul) {
       const int x = n.inputs[0];
       const ir::Node& src = work.node(x);
-      const bool norm = src.op == ir::Op::RmsNorm && src.heads == 0;
+      const bool norm = src.op == ir::Op::RmsNorm && src.heads == 0 && input_or_none(src, 2) == ir::kNoInput;
       const bool glu = src.op == ir::Op::SwiGlu || src.op == ir::Op::GeGlu;
       if ((!norm && !glu) || src.type != n.type || !read_only_as(work, x, ir::Op::MatMul, 0)) continue;
       n.prologue = src.op;
@@ -109,6 +122,22 @@ ir::Graph fuse_stages(const ir::Graph& g) {
       n.inputs[0] = first;
       set_input(n, 4, second);  // the norm weight, or the up rows
       folded[static_cast<size_t>(x)] = work.consumers(x).empty();
+    } else if (n.op == ir::Op::Rope && n.type == 0) {
+      // A per-head norm read only by this Rope (Qwen3's and Gemma 3's Q/K norms): the Rope
+      // normalises each head in place, then rotates it; the norm's input becomes its buffer, so
+      // nothing else may read that.
+      const int x = n.inputs[0];
+      const ir::Node& src = work.node(x);
+      if (src.op != ir::Op::RmsNorm || src.heads != n.heads || src.type != n.type ||
+          input_or_none(src, 2) != ir::kNoInput || !sole_reader(work, x, i) || !sole_reader(work, src.inputs.at(0), x))
+        continue;
+      n.prologue = ir::Op::RmsNorm;
+      n.eps = src.eps;
+      const int first = src.inputs.at(0), w = src.inputs.at(1);
+      n.inputs[0] = first;
+      if (n.inputs.size() < 3) n.inputs.resize(3, ir::kNoInput);
+      set_input(n, 3, w);
+      folded[static_cast<size_t>(x)] = true;
     } else if (n.op == ir::Op::ScatterRows && n.inputs.size() == 3) {
       const int r = n.inputs[2];
       const ir::Node& rope = work.node(r);
@@ -120,11 +149,30 @@ ir::Graph fuse_stages(const ir::Graph& g) {
       n.freq_scale = rope.freq_scale;
       n.rope_mode = rope.rope_mode;
       const int rows = rope.inputs.at(0), positions = rope.inputs.at(1);
-      const int factors = rope.inputs.size() > 2 ? rope.inputs[2] : ir::kNoInput;
       n.inputs[2] = rows;
       set_input(n, 3, positions);
-      set_input(n, 4, factors);
+      set_input(n, 4, input_or_none(rope, 2));
+      if (rope.prologue == ir::Op::RmsNorm) {  // the Rope's own folded norm comes along
+        set_input(n, 5, rope.inputs.at(3));
+        n.eps = rope.eps;
+      }
       folded[static_cast<size_t>(r)] = true;
+    } else if (n.op == ir::Op::Add && n.inputs.size() == 2) {
+      // Add(residual, RmsNorm(a)) with the norm read by nothing else (Gemma's post-norms): the
+      // norm adds the residual as it writes each row.
+      for (int side = 0; side < 2; ++side) {
+        const int x = n.inputs[static_cast<size_t>(side)], res = n.inputs[static_cast<size_t>(1 - side)];
+        const ir::Node& src = work.node(x);
+        if (src.op != ir::Op::RmsNorm || src.heads != 0 || src.type != n.type || input_or_none(src, 2) != ir::kNoInput ||
+            x == res || !sole_reader(work, x, i) || ir::num_elements(src.shape) != ir::num_elements(n.shape))
+          continue;
+        const int first = src.inputs.at(0), w = src.inputs.at(1);
+        n.op = ir::Op::RmsNorm;
+        n.eps = src.eps;
+        n.inputs = {first, w, res};
+        folded[static_cast<size_t>(x)] = true;
+        break;
+      }
     }
   }
   // Copy what is left, renumbering the inputs.

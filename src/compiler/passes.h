@@ -27,7 +27,12 @@ ir::Graph lift_state(const ir::Graph& g);
 //  - a SwiGlu / GeGlu read only as MatMul activations: the MatMul reads gate (input 0) and up
 //    (input 4) and applies the gate function as it reads them;
 //  - an F32 Rope read only as the source rows of a ScatterRows: the scatter rotates each row before
-//    storing it (positions input 3, frequency factors input 4).
+//    storing it (positions input 3, frequency factors input 4);
+//  - a per-head RmsNorm (Qwen3's and Gemma 3's Q/K norms) read only by an F32 Rope of as many heads,
+//    whose own input nothing else reads: the Rope normalises each head in place before rotating it
+//    (the norm weight as input 3), and a scatter that takes that Rope takes the norm too (input 5);
+//  - an RmsNorm (whole rows) read only by an Add (Gemma's post-norms): the Add becomes the norm,
+//    with the Add's other operand as its residual (input 2), added as each row is written.
 // The folded nodes disappear. A device computes a prologue with the same kernel and the same
 // operation order as the op it replaces, so fused and unfused graphs give the same bits.
 ir::Graph fuse_stages(const ir::Graph& g);

@@ -20,10 +20,10 @@ enum class Op {
   Assign,       // writes input 0 to state variable `variable`; produces no value
   Result,       // graph output named `name`: input 0
   Embed,        // (table, ids) -> rows of the table
-  RmsNorm,      // (x, w) ; eps
+  RmsNorm,      // (x, w, residual?) ; eps. norm(x) * w (+ residual: a folded Add, see compiler::fuse_stages)
   MatMul,       // (x, W, bias?, residual?) -> x W^T + bias + residual
   Add,          // (a, b)
-  Rope,         // (x, positions) ; n_rot, freq_base, freq_scale, rope_mode, heads
+  Rope,         // (x, positions, factors?, norm weight?) ; n_rot, freq_base, freq_scale, rope_mode, heads
   ScatterRows,  // (target, rows, src) -> target with target[rows[s]] = src[s]; updates target in place
   Attention,    // (q, k, v, mask, window?) ; scale, heads, kv_heads. Query s attends the mask's width of
                 //   k/v rows from window[s] on (from row 0 without a window); a window [seq, 2] also gives
@@ -72,7 +72,9 @@ struct Node {
   // An op that compiler::fuse_stages folded into this one and that is applied to input 0 as it is
   // read (Parameter: none). MatMul: RmsNorm (eps; the norm weight is input 4), SwiGlu or GeGlu
   // (input 0 is the gate, input 4 the up rows). ScatterRows: Rope of each source row before it is
-  // stored (positions input 3, frequency factors input 4; heads, n_rot, freq_*, rope_mode).
+  // stored (positions input 3, frequency factors input 4; heads, n_rot, freq_*, rope_mode), after a
+  // per-head RmsNorm where input 5 (its weight) is present (eps). Rope: RmsNorm of each head (eps;
+  // the weight is input 3) before it is rotated.
   Op prologue = Op::Parameter;
   bool has_prologue() const { return prologue != Op::Parameter; }
 };

@@ -1,4 +1,5 @@
 // Compiler passes: static reshape, lift-state, memory planning by liveness, stage scheduling.
+#include <algorithm>
 #include <fmt/format.h>
 #include <gtest/gtest.h>
 
@@ -33,6 +34,70 @@ ir::Graph state_graph(bool in_place) {
   int y = g.add({.op = Op::Add, .name = "y", .inputs = {x, x}, .shape = {"seq", 4}, .type = kF32});
   g.add({.op = Op::Result, .name = "y", .inputs = {y}, .shape = {"seq", 4}, .type = kF32});
   return g;
+}
+
+// x -> per-head norm -> Rope, and a -> norm -> Add(x, .): fuse_stages folds both norms, unless
+// another node reads what the folded op would update in place (`x_read_twice`: x also feeds y;
+// `norm_read_twice`: the post-norm also feeds z).
+ir::Graph norm_graph(bool x_read_twice, bool norm_read_twice) {
+  ir::Graph g;
+  int x = g.add({.op = Op::Parameter, .name = "x", .shape = {2, 8}, .type = kF32, .io_role = ir::IoRole::Input});
+  int pos = g.add({.op = Op::Parameter, .name = "pos", .shape = {2}, .type = kI32, .io_role = ir::IoRole::Input});
+  int hw = g.add({.op = Op::Parameter, .name = "hw", .shape = {4}, .type = kF32, .io_role = ir::IoRole::Input});
+  int w = g.add({.op = Op::Parameter, .name = "w", .shape = {8}, .type = kF32, .io_role = ir::IoRole::Input});
+  int q = g.add({.op = Op::Add, .name = "q", .inputs = {x, x}, .shape = {2, 8}, .type = kF32});
+  int qn = g.add({.op = Op::RmsNorm, .name = "q_norm", .inputs = {q, hw}, .shape = {2, 8}, .type = kF32, .eps = 1e-6f, .heads = 2});
+  int qr = g.add({.op = Op::Rope, .name = "q_rope", .inputs = {qn, pos}, .shape = {2, 8}, .type = kF32, .n_rot = 4, .heads = 2});
+  int a = g.add({.op = Op::Add, .name = "a", .inputs = {qr, x}, .shape = {2, 8}, .type = kF32});
+  int an = g.add({.op = Op::RmsNorm, .name = "post_norm", .inputs = {a, w}, .shape = {2, 8}, .type = kF32, .eps = 1e-6f});
+  int out = g.add({.op = Op::Add, .name = "residual", .inputs = {x, an}, .shape = {2, 8}, .type = kF32});
+  g.add({.op = Op::Result, .name = "out", .inputs = {out}, .shape = {2, 8}, .type = kF32});
+  if (x_read_twice) {
+    int y = g.add({.op = Op::Add, .name = "y", .inputs = {q, q}, .shape = {2, 8}, .type = kF32});
+    g.add({.op = Op::Result, .name = "y", .inputs = {y}, .shape = {2, 8}, .type = kF32});
+  }
+  if (norm_read_twice) g.add({.op = Op::Result, .name = "z", .inputs = {an}, .shape = {2, 8}, .type = kF32});
+  return g;
+}
+
+int count_op(const ir::Graph& g, Op op) {
+  return static_cast<int>(std::count_if(g.nodes().begin(), g.nodes().end(), [&](const ir::Node& n) { return n.op == op; }));
+}
+
+TEST(Compiler, FuseStagesFoldsPerHeadNormsAndResidualAddsOnlyWhereNothingElseReads) {
+  {
+    const ir::Graph f = compiler::fuse_stages(norm_graph(false, false));
+    EXPECT_EQ(count_op(f, Op::RmsNorm), 1);  // the post-norm, now adding the residual
+    EXPECT_EQ(count_op(f, Op::Add), 2);      // q and a
+    for (const ir::Node& n : f.nodes()) {
+      if (n.op == Op::Rope) {
+        EXPECT_EQ(n.prologue, Op::RmsNorm);
+        EXPECT_EQ(f.node(n.inputs.at(0)).name, "q");
+        EXPECT_EQ(f.node(n.inputs.at(3)).name, "hw");
+      }
+      if (n.op == Op::RmsNorm) {
+        EXPECT_EQ(n.name, "residual");
+        EXPECT_EQ(f.node(n.inputs.at(0)).name, "a");
+        EXPECT_EQ(f.node(n.inputs.at(2)).name, "x");
+      }
+    }
+  }
+  {
+    // q is read by y too: a Rope normalising in place would change what y reads.
+    const ir::Graph f = compiler::fuse_stages(norm_graph(true, false));
+    EXPECT_EQ(count_op(f, Op::RmsNorm), 2);
+    for (const ir::Node& n : f.nodes())
+      if (n.op == Op::Rope) EXPECT_FALSE(n.has_prologue());
+  }
+  {
+    // The post-norm is an output too: it must stay.
+    const ir::Graph f = compiler::fuse_stages(norm_graph(false, true));
+    EXPECT_EQ(count_op(f, Op::RmsNorm), 1);  // the per-head norm folded, the post-norm kept
+    EXPECT_EQ(count_op(f, Op::Add), 3);
+  }
+  // Either way the graph compiles.
+  for (bool twice : {false, true})
+    EXPECT_NO_THROW(compiler::compile(norm_graph(twice, !twice), {"t", {}}));
 }
 
 TEST(Compiler, StaticReshapeFixesEverySymbolOrFails) {

@@ -1,9 +1,11 @@
 // compiler::fuse_stages (npuw RuntimeConfig::fuse_stages, the default): norms folded into the
 // matmuls that read them, SwiGLU / GeGLU into the down projection's input, RoPE into the K/V
-// scatter. Every golden model gives the same logits, bit for bit, fused as unfused: chunked
+// scatter, per-head norms into the RoPE, residual Adds into the norm before them. Every golden model gives the same logits, bit for bit, fused as unfused: chunked
 // prefill (16-row matmuls: the stage applies the prologue once), single decode steps and batched
 // decode of two slots (1- and 2-row matmuls: each thread applies it), with F16, F32 and Q8_0 K/V;
-// and a decode step of a llama-style model runs 6 stages per layer instead of 10.
+// and a decode step of a llama-style model runs 6 stages per layer instead of 10 (Qwen3, whose
+// per-head Q/K norms go into the RoPE, 6 instead of 11; Gemma 3, whose post-norms take the
+// residual Add, 8 instead of 15).
 #include <gtest/gtest.h>
 
 #include <cstring>
@@ -101,27 +103,53 @@ TEST(FusedStages, EveryGoldenModelGivesTheBitsOfTheUnfusedGraph) {
     }
 }
 
+// Stages of one decode step (a token of slot 0), fused or not, and the model's layers.
+struct StepStages {
+  int64_t stages = 0, layers = 0;
+};
+StepStages decode_stages(const Golden& m, bool fuse) {
+  const std::vector<int32_t> tokens = golden_tokens(m);
+  npuw::LlmRuntime rt(test::shared_path(m.gguf), config(GgmlType::F16, fuse));
+  rt.prefill(std::span<const int32_t>(tokens.data(), 8));
+  const int64_t before = rt.device_counters().stages;
+  (void)rt.decode(tokens[8]);
+  return {rt.device_counters().stages - before, rt.hparams().n_layer};
+}
+
 TEST(FusedStages, ALlamaLayerDecodesInSixStages) {
   const Golden& m = kModels[0];
   NPULLM_REQUIRE_SHARED(m.gguf);
   NPULLM_REQUIRE_SHARED(m.json);
-  const std::vector<int32_t> tokens = golden_tokens(m);
-  int64_t stages[2] = {0, 0};
-  int64_t layers = 0;
-  for (bool fuse : {false, true}) {
-    npuw::LlmRuntime rt(test::shared_path(m.gguf), config(GgmlType::F16, fuse));
-    layers = rt.hparams().n_layer;
-    rt.prefill(std::span<const int32_t>(tokens.data(), 8));
-    const int64_t before = rt.device_counters().stages;
-    (void)rt.decode(tokens[8]);
-    stages[fuse] = rt.device_counters().stages - before;
-  }
   // Unfused: norm, q/k/v, rope, scatter, attention, output + residual, norm, gate/up, SwiGLU, down
   // + residual per layer, then the output norm and the logits (embedding in the first stage).
-  EXPECT_EQ(stages[0], 10 * layers + 3);
+  const StepStages llama_plain = decode_stages(m, false);
+  EXPECT_EQ(llama_plain.stages, 10 * llama_plain.layers + 3);
   // Fused: q/k/v (normalising), rope q + scatter k (rotating) and v, attention, output, gate/up
   // (normalising), down (gating); then the logits (normalising).
-  EXPECT_EQ(stages[1], 6 * layers + 2);
+  const StepStages llama_fused = decode_stages(m, true);
+  EXPECT_EQ(llama_fused.stages, 6 * llama_fused.layers + 2);
+}
+
+TEST(FusedStages, PerHeadNormsAndGemmasPostNormsCostNoStageOfTheirOwn) {
+  const Golden& qwen3 = kModels[4];
+  const Golden& gemma3 = kModels[5];
+  for (const Golden* m : {&qwen3, &gemma3}) {
+    NPULLM_REQUIRE_SHARED(m->gguf);
+    NPULLM_REQUIRE_SHARED(m->json);
+  }
+  // Qwen3: the llama layer's ten plus the Q/K norms' own stage; fused, the Q/K norms are applied
+  // by the Rope of q and the rotating scatter of k, so a layer is a llama layer's six.
+  const StepStages qwen3_plain = decode_stages(qwen3, false);
+  EXPECT_EQ(qwen3_plain.stages, 11 * qwen3_plain.layers + 3);
+  const StepStages qwen3_fused = decode_stages(qwen3, true);
+  EXPECT_EQ(qwen3_fused.stages, 6 * qwen3_fused.layers + 2);
+  // Gemma 3: each sublayer's output is normalised and then added to the residual stream (no
+  // residual inside the matmul): 15 stages a layer, plus the embedding's scale and the logits'
+  // soft-cap. Fused: the six above plus one norm-and-add per sublayer.
+  const StepStages gemma3_plain = decode_stages(gemma3, false);
+  EXPECT_EQ(gemma3_plain.stages, 15 * gemma3_plain.layers + 5);
+  const StepStages gemma3_fused = decode_stages(gemma3, true);
+  EXPECT_EQ(gemma3_fused.stages, 8 * gemma3_fused.layers + 4);
 }
 
 }  // namespace

@@ -26,7 +26,8 @@ T* p(const TaskDesc& t, int slot) { return reinterpret_cast<T*>(t.ptr[slot]); }
 GgmlType ty(const TaskDesc& t, int slot) { return static_cast<GgmlType>(t.type[slot]); }
 blob::Prologue prologue_of(const TaskDesc& t) { return static_cast<blob::Prologue>(t.iparam[1]); }
 bool has_prologue(const TaskDesc& t) {
-  return (t.op == static_cast<uint32_t>(OpCode::MatMul) || t.op == static_cast<uint32_t>(OpCode::ScatterRows)) &&
+  return (t.op == static_cast<uint32_t>(OpCode::MatMul) || t.op == static_cast<uint32_t>(OpCode::ScatterRows) ||
+          t.op == static_cast<uint32_t>(OpCode::Rope)) &&
          prologue_of(t) != blob::Prologue::None;
 }
 
@@ -50,14 +51,17 @@ void matmul_prologue(const TaskDesc& t, float* out, int64_t m0, int64_t m1) {
 constexpr int64_t kThreadPrologueRows = 4;
 
 // A ScatterRows that rotates each source row before storing it (Prologue::Rope): row by row
-// through `tmp` (R floats), rotated by the Rope kernel exactly as an in-place Rope would.
+// through `tmp` (R floats), rotated by the Rope kernel exactly as an in-place Rope would, each head
+// normalised first by the RmsNorm kernel for Prologue::RmsNormRope.
 void scatter_rotated_rows(const TaskDesc& t, int64_t b, int64_t e, float* tmp) {
   const int64_t R = t.dim[1], C = t.dim[2], H = t.dim[3], hd = t.dim[4];
   const int32_t* idx = p<const int32_t>(t, 1);
   const int32_t* pos = p<const int32_t>(t, 3);
+  const bool norm = prologue_of(t) == blob::Prologue::RmsNormRope;
   for (int64_t s = b; s < e; ++s) {
     if (idx[s] < 0 || idx[s] >= C) continue;
     std::copy_n(p<const float>(t, 0) + s * R, R, tmp);
+    if (norm) rmsnorm_rows(tmp, p<const float>(t, 5), tmp, hd, t.fparam[2], 0, H);
     rope(tmp, pos + s, H, hd, t.dim[5], t.fparam[0], t.fparam[1], p<const float>(t, 4), t.iparam[0], 0, H);
     scatter_rows(tmp, idx + s, p<void>(t, 2), ty(t, 2), R, C, 0, 1);
   }
@@ -172,7 +176,7 @@ void run_chunk(const TaskDesc& t, int64_t b, int64_t e, float* work, const float
                  static_cast<WeightLayout>(t.iparam[0]));
       break;
     case OpCode::RmsNorm:
-      rmsnorm_rows(p<const float>(t, 0), p<const float>(t, 1), p<float>(t, 2), t.dim[1], t.fparam[0], b, e);
+      rmsnorm_rows(p<const float>(t, 0), p<const float>(t, 1), p<float>(t, 2), t.dim[1], t.fparam[0], b, e, p<const float>(t, 3));
       break;
     case OpCode::MatMul:
       matmul(x, t.dim[0], t.dim[1], p<const void>(t, 1), ty(t, 1), p<const float>(t, 3),
@@ -181,11 +185,14 @@ void run_chunk(const TaskDesc& t, int64_t b, int64_t e, float* work, const float
     case OpCode::Add: add(p<const float>(t, 0), p<const float>(t, 1), p<float>(t, 2), b, e); break;
     case OpCode::SwiGlu: swiglu(p<const float>(t, 0), p<const float>(t, 1), p<float>(t, 2), b, e); break;
     case OpCode::Rope:
+      // (b, e: head rows; a folded per-head norm works on the same rows, in place)
+      if (prologue_of(t) == blob::Prologue::RmsNorm)
+        rmsnorm_rows(p<const float>(t, 0), p<const float>(t, 3), p<float>(t, 0), t.dim[2], t.fparam[2], b, e);
       rope(p<void>(t, 0), ty(t, 0), p<const int32_t>(t, 1), t.dim[1], t.dim[2], t.dim[3], t.fparam[0], t.fparam[1], p<const float>(t, 2),
            t.iparam[0], b, e);
       break;
     case OpCode::ScatterRows:
-      if (prologue_of(t) == blob::Prologue::Rope) scatter_rotated_rows(t, b, e, work);
+      if (has_prologue(t)) scatter_rotated_rows(t, b, e, work);
       else scatter_rows(p<const float>(t, 0), p<const int32_t>(t, 1), p<void>(t, 2), ty(t, 2), t.dim[1], t.dim[2], b, e);
       break;
     case OpCode::Attention:
@@ -270,8 +277,11 @@ class CpuDevice final : public device::Device {
   void check_prologue(const TaskDesc& t, size_t i) const {
     const blob::Prologue pro = prologue_of(t);
     const bool matmul = t.op == static_cast<uint32_t>(OpCode::MatMul);
+    const bool rope = t.op == static_cast<uint32_t>(OpCode::Rope);
     const bool ok = matmul ? pro == blob::Prologue::RmsNorm || pro == blob::Prologue::SwiGlu || pro == blob::Prologue::GeGlu
-                           : pro == blob::Prologue::Rope && t.dim[3] > 0 && t.dim[3] * t.dim[4] == t.dim[1];
+                    : rope ? pro == blob::Prologue::RmsNorm && ty(t, 0) == GgmlType::F32 && t.ptr[3] != 0
+                           : (pro == blob::Prologue::Rope || (pro == blob::Prologue::RmsNormRope && t.ptr[5] != 0)) &&
+                                 t.dim[3] > 0 && t.dim[3] * t.dim[4] == t.dim[1];
     if (!ok)
       fail("cpu device: task {} ({}) has a prologue ({}) it cannot apply", i, blob::op_name(t.op), t.iparam[1]);
   }

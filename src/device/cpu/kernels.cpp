@@ -406,7 +406,8 @@ void gather_rows(const float* x, int64_t S, int64_t R, const int32_t* idx, float
   }
 }
 
-void rmsnorm_rows(const float* x, const float* w, float* out, int64_t D, float eps, int64_t s0, int64_t s1) {
+void rmsnorm_rows(const float* x, const float* w, float* out, int64_t D, float eps, int64_t s0, int64_t s1,
+                  const float* res) {
   if (D <= 0) return;
   for (int64_t s = s0; s < s1; ++s) {
     const float* xr = x + s * D;
@@ -420,7 +421,12 @@ void rmsnorm_rows(const float* x, const float* w, float* out, int64_t D, float e
     for (; i < D; ++i) acc[0] += static_cast<double>(xr[i]) * xr[i];
     const double ss = (acc[0] + acc[1]) + (acc[2] + acc[3]);
     const float scale = 1.0f / std::sqrt(static_cast<float>(ss / static_cast<double>(D)) + eps);
-    for (int64_t j = 0; j < D; ++j) o[j] = (xr[j] * scale) * w[j];  // ggml's order; out may alias x
+    if (!res) {
+      for (int64_t j = 0; j < D; ++j) o[j] = (xr[j] * scale) * w[j];  // ggml's order; out may alias x
+    } else {
+      const float* r = res + s * D;  // (built without FP contraction: the product is rounded, then added)
+      for (int64_t j = 0; j < D; ++j) o[j] = r[j] + (xr[j] * scale) * w[j];
+    }
   }
 }
 

@@ -21,8 +21,11 @@ void embed_rows(GgmlType table_type, const void* table, int64_t V, int64_t D, co
 // gives a zero row.
 void gather_rows(const float* x, int64_t S, int64_t R, const int32_t* idx, float* out, int64_t i0, int64_t i1);
 
-// out[s, :] = x[s, :] * w / sqrt(mean(x[s, :]^2) + eps) for rows s in [s0, s1). out may alias x.
-void rmsnorm_rows(const float* x, const float* w, float* out, int64_t D, float eps, int64_t s0, int64_t s1);
+// out[s, :] = x[s, :] * w / sqrt(mean(x[s, :]^2) + eps) (+ res[s, :]) for rows s in [s0, s1). out
+// may alias x (or res). With res, each element is the normalised value rounded to float plus the
+// residual: the bits of the norm followed by add().
+void rmsnorm_rows(const float* x, const float* w, float* out, int64_t D, float eps, int64_t s0, int64_t s1,
+                  const float* res = nullptr);
 
 // out[m, n] = sum_k x[m, k] * W[n, k] + bias[n] + res[m, n], for all m < M and n in [n0, n1).
 // W is N rows of K elements of type wt (row stride ggml_row_bytes(wt, K)). bias/res may be null;
