@@ -28,8 +28,9 @@ namespace npullm::compiler {
 // (2: SwiGlu writes over its gate in place; 3: Panels16 weights, rows padded to whole dwords;
 // 4: each Attention query's window starts at a row given by an operand, the window base;
 // 5: ring windows; 6: fuse_stages; 7: a tied embedding table in Panels16, Embed reading it;
-// 8: per-head norms folded into Rope, residual Adds into RmsNorm).
-inline constexpr const char* kCompilerVersion = "npullm-compiler-8";
+// 8: per-head norms folded into Rope, residual Adds into RmsNorm; 9: sliced MatMuls split over
+// views of their weight).
+inline constexpr const char* kCompilerVersion = "npullm-compiler-9";
 
 struct CompileOptions {
   std::string name;                          // blob name (stored in .npu.meta)

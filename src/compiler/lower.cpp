@@ -163,13 +163,22 @@ class Lowering {
       if (n.op == Op::Parameter) {
         set_home(i, {Home::Io, add_io(n, n.io_role == ir::IoRole::State ? blob::IoRole::State : blob::IoRole::Input)});
       } else if (n.op == Op::Weight) {
+        // Views of one tensor (Weight nodes of one name, each `offset` rows in) share its record.
+        const auto seen = weight_index_.find(n.name);
+        if (seen != weight_index_.end()) {
+          set_home(i, {Home::Weight, seen->second});
+          continue;
+        }
         blob::WeightRef w{.name = n.name, .type = n.type, .shape = n.weight_dims, .bytes = 0};
         const int64_t row = n.weight_dims.at(0);
+        int64_t elems = 1;
+        for (int64_t d : n.weight_dims) elems *= d;
         const auto type = static_cast<GgmlType>(n.type);
         const WeightLayout layout = weight_layout(i);
-        w.bytes = weight_bytes(type, ir::num_elements(n.shape) / row, row, layout);
+        w.bytes = weight_bytes(type, elems / row, row, layout);
         w.layout = static_cast<uint32_t>(layout);
         img_.weights.push_back(std::move(w));
+        weight_index_[n.name] = static_cast<uint32_t>(img_.weights.size() - 1);
         set_home(i, {Home::Weight, static_cast<uint32_t>(img_.weights.size() - 1)});
       } else if (n.op == Op::Result) {
         const int src = n.inputs.at(0);
@@ -212,7 +221,16 @@ class Lowering {
     switch (h.kind) {
       case Home::Scratch: r.kind = blob::RelocKind::Scratch; r.addend = static_cast<int64_t>(buffers_[h.index].offset); break;
       case Home::Io: r.kind = blob::RelocKind::Io; r.index = h.index; break;
-      case Home::Weight: r.kind = blob::RelocKind::Weight; r.index = h.index; break;
+      case Home::Weight: {
+        r.kind = blob::RelocKind::Weight;
+        r.index = h.index;
+        const ir::Node& w = g_.node(id);  // a view starts `offset` rows in
+        const auto type = static_cast<GgmlType>(w.type);
+        const int64_t K = w.weight_dims.at(0);
+        const bool packed = img_.weights[h.index].layout == static_cast<uint32_t>(WeightLayout::Panels16);
+        r.addend = w.offset * static_cast<int64_t>(packed ? panels16_stride(type, K) : ggml_row_bytes(type, K));
+        break;
+      }
       case Home::None: fail("compiler: '{}' has no buffer", g_.node(id).name);
     }
     task.type[slot] = g_.node(id).type;
@@ -419,20 +437,29 @@ class Lowering {
   // but an Embed as its table (a tied embedding: the output projection streams the whole table each
   // token, the lookup gathers a row or two from the panels), of a type the options list; rows (as
   // in GGUF) otherwise.
+  // Views of one tensor (split_sliced_matmuls) take Panels16 only if each starts and ends on a
+  // panel boundary (or at the tensor's end), so each is whole panels of its own rows.
   WeightLayout weight_layout(int w) const {
     const ir::Node& n = g_.node(w);
     const auto type = static_cast<GgmlType>(n.type);
     const auto& types = opt_->panels16_types;
     if (std::find(types.begin(), types.end(), type) == types.end() || !panels16_possible(type, n.weight_dims.at(0)))
       return WeightLayout::Rows;
+    const int64_t rows = n.weight_dims.size() > 1 ? n.weight_dims[1] : 1;
     bool read = false;
-    for (int i = 0; i < g_.size(); ++i) {
-      const ir::Node& u = g_.node(i);
-      for (size_t k = 0; k < u.inputs.size(); ++k) {
-        if (u.inputs[k] != w) continue;
-        if (u.op == Op::Embed && k == 0) continue;
-        if (u.op != Op::MatMul || k != 1) return WeightLayout::Rows;
-        read = true;
+    for (int v = 0; v < g_.size(); ++v) {
+      const ir::Node& view = g_.node(v);
+      if (view.op != Op::Weight || view.name != n.name) continue;
+      const int64_t first = view.offset, end = view.offset + view.shape.at(0).value;
+      if (first % 16 != 0 || (end % 16 != 0 && end != rows)) return WeightLayout::Rows;
+      for (int i = 0; i < g_.size(); ++i) {
+        const ir::Node& u = g_.node(i);
+        for (size_t k = 0; k < u.inputs.size(); ++k) {
+          if (u.inputs[k] != v) continue;
+          if (u.op == Op::Embed && k == 0) continue;
+          if (u.op != Op::MatMul || k != 1) return WeightLayout::Rows;
+          read = true;
+        }
       }
     }
     return read ? WeightLayout::Panels16 : WeightLayout::Rows;
@@ -443,6 +470,7 @@ class Lowering {
 
   const CompileOptions* opt_ = nullptr;
   std::map<int, Home> homes_;
+  std::map<std::string, uint32_t> weight_index_;  // img_.weights entry of each tensor name
   std::vector<BufferUse> buffers_;
   std::vector<int> inplace_residual_;
   blob::BlobImage img_;

@@ -104,9 +104,63 @@ bool sole_reader(const ir::Graph& g, int id, int reader) {
 
 }  // namespace
 
+namespace {
+
+// A MatMul that only computes columns for SliceCols to take apart (Phi-3's fused q/k/v and gate/up
+// projections): no bias, residual or prologue, a weight nothing else reads, and read by SliceCols
+// alone.
+bool sliced_matmul(const ir::Graph& g, int id) {
+  const ir::Node& n = g.node(id);
+  if (n.op != ir::Op::MatMul || n.has_prologue() || input_or_none(n, 2) != ir::kNoInput || input_or_none(n, 3) != ir::kNoInput)
+    return false;
+  const int w = n.inputs.at(1);
+  if (g.node(w).op != ir::Op::Weight || g.consumers(w) != std::vector<int>{id}) return false;
+  const std::vector<int> users = g.consumers(id);
+  return !users.empty() && std::all_of(users.begin(), users.end(), [&](int u) { return g.node(u).op == ir::Op::SliceCols; });
+}
+
+// Each SliceCols of a sliced_matmul becomes a MatMul of its own over the rows of the weight that
+// make its columns (a Weight node with `offset` rows skipped and the slice's rows), so the slices
+// cost no stage and no copy; every output is computed as before, row by row, so the same bits.
+ir::Graph split_sliced_matmuls(const ir::Graph& g) {
+  std::vector<bool> split(static_cast<size_t>(g.size()), false), weight_of_split(static_cast<size_t>(g.size()), false);
+  for (int i = 0; i < g.size(); ++i)
+    if (sliced_matmul(g, i)) {
+      split[static_cast<size_t>(i)] = true;
+      weight_of_split[static_cast<size_t>(g.node(i).inputs[1])] = true;
+    }
+  ir::Graph out;
+  out.variables = g.variables;
+  std::vector<int> remap(static_cast<size_t>(g.size()), ir::kNoInput);
+  for (int i = 0; i < g.size(); ++i) {
+    if (split[static_cast<size_t>(i)] || weight_of_split[static_cast<size_t>(i)]) continue;  // made per slice below
+    ir::Node n = g.node(i);
+    if (n.op == ir::Op::SliceCols && split[static_cast<size_t>(n.inputs.at(0))]) {
+      const ir::Node& mm = g.node(n.inputs[0]);
+      ir::Node view = g.node(mm.inputs[1]);
+      const int64_t K = view.shape.at(1).value;
+      view.offset = n.offset;
+      view.shape = {n.shape.at(1), K};
+      const int v = out.add(std::move(view));
+      ir::Node part = mm;
+      part.name = n.name;
+      part.shape = n.shape;
+      part.inputs = {remap[static_cast<size_t>(mm.inputs[0])], v, ir::kNoInput, ir::kNoInput};
+      remap[static_cast<size_t>(i)] = out.add(std::move(part));
+      continue;
+    }
+    for (int& in : n.inputs)
+      if (in != ir::kNoInput) in = remap[static_cast<size_t>(in)];
+    remap[static_cast<size_t>(i)] = out.add(std::move(n));
+  }
+  return out;
+}
+
+}  // namespace
+
 ir::Graph fuse_stages(const ir::Graph& g) {
-  ir::Graph work = g;
-  std::vector<bool> folded(static_cast<size_t>(g.size()), false);
+  ir::Graph work = split_sliced_matmuls(g);
+  std::vector<bool> folded(static_cast<size_t>(work.size()), false);
   for (int i = 0; i < work.size(); ++i) {
     ir::Node& n = work.node(i);
     if (n.has_prologue() || n.inputs.empty()) continue;

@@ -32,7 +32,10 @@ ir::Graph lift_state(const ir::Graph& g);
 //    whose own input nothing else reads: the Rope normalises each head in place before rotating it
 //    (the norm weight as input 3), and a scatter that takes that Rope takes the norm too (input 5);
 //  - an RmsNorm (whole rows) read only by an Add (Gemma's post-norms): the Add becomes the norm,
-//    with the Add's other operand as its residual (input 2), added as each row is written.
+//    with the Add's other operand as its residual (input 2), added as each row is written;
+//  - a MatMul (no bias, residual or prologue) read only by SliceCols, whose weight nothing else
+//    reads (Phi-3's fused q/k/v and gate/up): one MatMul per slice, over a view of the weight's
+//    rows (a Weight node `offset` rows in; Lowering points the task into the one tensor).
 // The folded nodes disappear. A device computes a prologue with the same kernel and the same
 // operation order as the op it replaces, so fused and unfused graphs give the same bits.
 ir::Graph fuse_stages(const ir::Graph& g);

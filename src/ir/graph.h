@@ -65,7 +65,7 @@ struct Node {
   std::vector<int64_t> weight_dims; // Weight: GGUF dims (ne0 first)
   float eps = 0.0f, scale = 0.0f, freq_base = 10000.0f, freq_scale = 1.0f;
   int64_t n_rot = 0, heads = 0, kv_heads = 0;
-  int64_t offset = 0;               // SliceCols: first column taken
+  int64_t offset = 0;               // SliceCols: first column taken; Weight: first row of a view (rows = shape[0])
   // RmsNorm: > 0 normalises each of the `heads` equal parts of a row on its own (per-head norms),
   // with one weight of the part's length shared by all of them.
   int rope_mode = 0;

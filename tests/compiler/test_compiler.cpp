@@ -307,6 +307,47 @@ TEST(Compiler, StateBuffersAndOperandTypesFollowTheKvType) {
 namespace npullm {
 namespace {
 
+// A MatMul read only by SliceCols (Phi-3's fused q/k/v) becomes one MatMul per slice over the
+// weight's rows: one weight record, each task pointed `offset` rows in (a row's bytes, or the
+// padded stride of Panels16); views that do not start and end on panel boundaries keep the rows.
+TEST(Compiler, SlicesOfAFusedProjectionBecomeMatMulsOverRowsOfOneWeight) {
+  constexpr uint32_t kQ8_0 = 8;
+  for (int64_t cut : {16, 24}) {
+    ir::Graph g;
+    int x = g.add({.op = Op::Parameter, .name = "x", .shape = {"seq", 64}, .type = kF32, .io_role = ir::IoRole::Input});
+    int w = g.add({.op = Op::Weight, .name = "qkv", .shape = {48, 64}, .type = kQ8_0, .weight_dims = {64, 48}});
+    int y = g.add({.op = Op::MatMul, .name = "y", .inputs = {x, w, ir::kNoInput, ir::kNoInput}, .shape = {"seq", 48}, .type = kF32});
+    int a = g.add({.op = Op::SliceCols, .name = "a", .inputs = {y}, .shape = {"seq", cut}, .type = kF32, .offset = 0});
+    int b = g.add({.op = Op::SliceCols, .name = "b", .inputs = {y}, .shape = {"seq", 48 - cut}, .type = kF32, .offset = cut});
+    g.add({.op = Op::Result, .name = "a", .inputs = {a}, .shape = {"seq", cut}, .type = kF32});
+    g.add({.op = Op::Result, .name = "b", .inputs = {b}, .shape = {"seq", 48 - cut}, .type = kF32});
+    compiler::CompileOptions opt{"s", {{"seq", 1}}};
+    opt.panels16_types = {GgmlType::Q8_0};
+    const std::vector<uint8_t> bytes = blob::write_blob(compiler::compile(g, opt));
+    const blob::BlobImage img = blob::read_blob(bytes.data(), bytes.size(), "s");
+    ASSERT_EQ(img.weights.size(), 1u);
+    const bool packed = cut % 16 == 0;
+    EXPECT_EQ(img.weights[0].layout, packed ? 16u : 0u);
+    EXPECT_EQ(img.weights[0].bytes, packed ? 3u * 16 * 68 + 64 : 48u * 68);
+    std::vector<int64_t> rows, addends;
+    for (size_t i = 0; i < img.tasks.size(); ++i) {
+      EXPECT_NE(img.tasks[i].op, static_cast<uint32_t>(blob::OpCode::SliceCols));
+      if (img.tasks[i].op == static_cast<uint32_t>(blob::OpCode::MatMul)) rows.push_back(img.tasks[i].dim[2]);
+    }
+    for (const blob::Reloc& r : img.relocs)
+      if (r.kind == blob::RelocKind::Weight) addends.push_back(r.addend);
+    std::sort(rows.begin(), rows.end());
+    std::sort(addends.begin(), addends.end());
+    EXPECT_EQ(rows, (std::vector<int64_t>{std::min(cut, 48 - cut), std::max(cut, 48 - cut)}));
+    EXPECT_EQ(addends, (std::vector<int64_t>{0, cut * 68}));  // 64 Q8_0 values: 68 bytes, a whole stride
+    EXPECT_EQ(img.barriers.size(), 1u);  // both matmuls in one stage, no slice stage
+    // Unfused, the slices stay.
+    opt.fuse_stages = false;
+    const blob::BlobImage plain = compiler::compile(g, opt);
+    EXPECT_EQ(plain.barriers.size(), 2u);
+  }
+}
+
 // Weights read as MatMul weights, of a listed type, are stored as Panels16 (rows padded to whole
 // dwords), and so is a tied embedding (an Embed's table and a MatMul's weight), its Embed told so;
 // a table only an Embed reads stays as rows.

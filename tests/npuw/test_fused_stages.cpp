@@ -1,11 +1,13 @@
 // compiler::fuse_stages (npuw RuntimeConfig::fuse_stages, the default): norms folded into the
 // matmuls that read them, SwiGLU / GeGLU into the down projection's input, RoPE into the K/V
-// scatter, per-head norms into the RoPE, residual Adds into the norm before them. Every golden model gives the same logits, bit for bit, fused as unfused: chunked
-// prefill (16-row matmuls: the stage applies the prologue once), single decode steps and batched
-// decode of two slots (1- and 2-row matmuls: each thread applies it), with F16, F32 and Q8_0 K/V;
-// and a decode step of a llama-style model runs 6 stages per layer instead of 10 (Qwen3, whose
-// per-head Q/K norms go into the RoPE, 6 instead of 11; Gemma 3, whose post-norms take the
-// residual Add, 8 instead of 15).
+// scatter, per-head norms into the RoPE, residual Adds into the norm before them, a fused
+// projection's column slices into matmuls over the weight's rows. Every golden model gives the same
+// logits, bit for bit, fused as unfused: chunked prefill (16-row matmuls: the stage applies the
+// prologue once), single decode steps and batched decode of two slots (1- and 2-row matmuls: each
+// thread applies it), with F16, F32 and Q8_0 K/V; and a decode step of a llama-style model runs 6
+// stages per layer instead of 10 (Qwen3, whose per-head Q/K norms go into the RoPE, 6 instead of
+// 11; Gemma 3, whose post-norms take the residual Add, 8 instead of 15; Phi-3, whose fused
+// projections become one matmul per slice, 6 instead of 12).
 #include <gtest/gtest.h>
 
 #include <cstring>
@@ -150,6 +152,18 @@ TEST(FusedStages, PerHeadNormsAndGemmasPostNormsCostNoStageOfTheirOwn) {
   EXPECT_EQ(gemma3_plain.stages, 15 * gemma3_plain.layers + 5);
   const StepStages gemma3_fused = decode_stages(gemma3, true);
   EXPECT_EQ(gemma3_fused.stages, 8 * gemma3_fused.layers + 4);
+}
+
+TEST(FusedStages, PhisFusedProjectionsSplitIntoOneMatMulPerSlice) {
+  const Golden& phi3 = kModels[6];
+  NPULLM_REQUIRE_SHARED(phi3.gguf);
+  NPULLM_REQUIRE_SHARED(phi3.json);
+  // Unfused: the llama layer's ten plus a stage of column slices after each fused projection (q/k/v
+  // and gate/up). Fused, each slice is a matmul over its rows of the weight: the llama layer's six.
+  const StepStages plain = decode_stages(phi3, false);
+  EXPECT_EQ(plain.stages, 12 * plain.layers + 3);
+  const StepStages fused = decode_stages(phi3, true);
+  EXPECT_EQ(fused.stages, 6 * fused.layers + 2);
 }
 
 }  // namespace
