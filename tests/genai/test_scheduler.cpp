@@ -1,7 +1,8 @@
 // The serving scheduler (continuous batching over npuw's sequence slots), on stories260K:
 // every request's text equals LLMPipeline's for the same prompt and settings (greedy and seeded
 // sampling), whatever runs beside it and whenever it arrives; a prompt sharing a prefix with what
-// a free slot holds reuses those rows; cancellation frees the slot; a full queue is refused.
+// a free slot holds reuses those rows, and one another slot holds (or runs later) is copied in;
+// cancellation frees the slot; a full queue is refused.
 #include <gtest/gtest.h>
 
 #include <chrono>
@@ -186,6 +187,48 @@ TEST(Scheduler, APromptSharingAPrefixWithABusySlotCopiesItsRows) {
   LLMPipeline pipe(path, pipeline_config());
   EXPECT_EQ(rb.text, pipe.generate_ids(pb, greedy(20)).text);
   EXPECT_EQ(rb.ids, pipe.generate_ids(pb, greedy(20)).ids);
+}
+
+// Two requests that share a long prefix, admitted together while a third still prefills: neither
+// slot holds the prefix when they are admitted, and prefill goes to the earliest request first, so
+// the second takes the first's rows once they are in instead of prefilling them again.
+TEST(Scheduler, ARequestAdmittedBesideOneStillPrefillingItsPrefixCopiesTheRowsLater) {
+  NPULLM_REQUIRE_SHARED(kModel);
+  const std::string path = test::shared_path(kModel);
+  genai::SchedulerConfig sc;
+  sc.parallel = 3;
+  genai::Scheduler sched(path, pipeline_config(), sc);
+  auto tail = [&](const char* text) {
+    const std::vector<int32_t> v = sched.encode_prompt(text);
+    return std::vector<int32_t>(v.begin() + 1, v.end());  // without BOS
+  };
+  std::vector<int32_t> pc = sched.encode_prompt(
+      "Tom had a big red ball. He liked to kick it in the garden every morning. One day the ball went over "
+      "the fence and into the garden of an old man. Tom was scared, but he knocked on the door. The old man "
+      "smiled and gave the ball back. He said Tom could come and play in his garden too. Tom was very happy. "
+      "From that day on, Tom and the old man were good friends, and they played ball together every day.");
+  std::vector<int32_t> pa = sched.encode_prompt(
+      "Once upon a time there was a little girl named Lily. She lived in a small house with her mom and dad. "
+      "Every day she went outside to look at the sky, and every night she");
+  std::vector<int32_t> pb = pa;
+  const std::vector<int32_t> ta = tail(" went to the park to play."), tb = tail(" liked to sing songs with her dog.");
+  pa.insert(pa.end(), ta.begin(), ta.end());
+  pb.insert(pb.end(), tb.begin(), tb.end());
+  size_t shared = 0;
+  while (shared < pa.size() && shared < pb.size() && pa[shared] == pb[shared]) ++shared;
+  ASSERT_GE(shared, 2 * genai::Scheduler::kMinCopiedRows);
+  ASSERT_GE(pc.size(), 8u * 16);  // C prefills in 8 chunks or more while A and B are submitted
+  std::future<Outcome> c = start(sched, pc, greedy(4));
+  std::future<Outcome> a = start(sched, pa, greedy(12));
+  std::future<Outcome> b = start(sched, pb, greedy(12));
+  const genai::ServeResult rc = c.get().result, ra = a.get().result, rb = b.get().result;
+  for (const genai::ServeResult* r : {&rc, &ra, &rb}) EXPECT_EQ(r->error, "");
+  EXPECT_EQ(ra.cached_tokens, 0);
+  EXPECT_EQ(rb.cached_tokens, static_cast<int64_t>(shared));
+  EXPECT_EQ(sched.status().copied_prefix_rows, shared);
+  LLMPipeline pipe(path, pipeline_config());
+  EXPECT_EQ(rb.ids, pipe.generate_ids(pb, greedy(12)).ids);
+  EXPECT_EQ(ra.ids, pipe.generate_ids(pa, greedy(12)).ids);
 }
 
 TEST(Scheduler, CancellationFreesTheSlotAndAFullQueueIsRefused) {

@@ -176,26 +176,13 @@ bool Scheduler::admit() {
     size_t keep = std::min(best_len, prompt.size() - 1);
     // Another slot, busy or free, may hold a longer prefix (a system prompt that every request
     // starts with, a conversation still running): its rows are copied in, far cheaper than
-    // prefilling them (a row's bytes against a row's matmuls). Only for a gain of kMinCopiedRows
-    // or more; not with sliding-window rings (copy_rows refuses).
-    Slot* donor = nullptr;
-    size_t donor_keep = keep;
-    for (auto& s : slots_) {
-      if (s.get() == best) continue;
-      const size_t k = std::min(common_prefix(s->tokens, prompt), prompt.size() - 1);
-      if (k >= donor_keep + kMinCopiedRows) {
-        donor = s.get();
-        donor_keep = k;
-      }
-    }
-    if (donor && rt_->copy_rows(donor->id, best->id, static_cast<int64_t>(donor_keep))) {
-      best->tokens.assign(prompt.begin(), prompt.begin() + static_cast<long>(donor_keep));
-      keep = donor_keep;
-      work_.copied_prefix_rows += donor_keep;
-    } else {
+    // prefilling them (a row's bytes against a row's matmuls).
+    const size_t copied = copy_prefix(*best, prompt, keep);
+    if (copied == keep) {
       rt_->truncate(best->id, static_cast<int64_t>(keep));
       best->tokens.resize(keep);
     }
+    keep = copied;
     a->prefilled = keep;
     a->res.cached_tokens = static_cast<int64_t>(keep);
     a->res.prompt_tokens = static_cast<int64_t>(prompt.size());
@@ -273,6 +260,24 @@ void Scheduler::loop() {
   }
 }
 
+size_t Scheduler::copy_prefix(Slot& to, const std::vector<int32_t>& prompt, size_t have) {
+  // At least the last prompt token is run: its logits give the first token.
+  Slot* donor = nullptr;
+  size_t most = have;
+  for (auto& s : slots_) {
+    if (s.get() == &to) continue;
+    const size_t k = std::min(common_prefix(s->tokens, prompt), prompt.size() - 1);
+    if (k >= most + kMinCopiedRows) {
+      donor = s.get();
+      most = k;
+    }
+  }
+  if (!donor || !rt_->copy_rows(donor->id, to.id, static_cast<int64_t>(most))) return have;
+  to.tokens.assign(prompt.begin(), prompt.begin() + static_cast<long>(most));
+  work_.copied_prefix_rows += most;
+  return most;
+}
+
 void Scheduler::prefill_step() {
   // The earliest admitted request still prefilling gets one chunk.
   Slot* pick = nullptr;
@@ -281,6 +286,15 @@ void Scheduler::prefill_step() {
   if (!pick) return;
   Active& a = *pick->req;
   const std::vector<int32_t>& prompt = a.r.prompt_ids;
+  // A request admitted beside one that was still prefilling the same prefix (a system prompt that
+  // two clients sent at once) takes those rows once they are in, rather than prefilling them too.
+  // Prefill goes to the earliest request first, so by now the other has run the shared part.
+  if (const size_t now = copy_prefix(*pick, prompt, a.prefilled); now != a.prefilled) {
+    work_.cached_tokens += now - a.prefilled;
+    a.res.cached_tokens = static_cast<int64_t>(now);
+    pick->cached = a.res.cached_tokens;
+    a.prefilled = now;
+  }
   const size_t n = std::min(prompt.size() - a.prefilled, static_cast<size_t>(rt_->config().prefill_chunk));
   const std::span<const int32_t> chunk(prompt.data() + a.prefilled, n);
   std::span<const float> logits;

@@ -157,6 +157,10 @@ class Scheduler {
   bool admit();                      // under mu_; true if something was admitted
   void prefill_step();
   void decode_step();
+  // Copies into slot `to` the rows of another slot, busy or free, that holds at least
+  // kMinCopiedRows more of `prompt` than the `have` tokens `to` keeps; returns the prompt tokens `to`
+  // now holds (`have` when nothing was copied). Not with sliding-window rings (copy_rows refuses).
+  size_t copy_prefix(Slot& to, const std::vector<int32_t>& prompt, size_t have);
   // Samples the next token of a slot from `logits`; retires the request when it is finished.
   void take_token(Slot& s, std::span<const float> logits);
   void finish(Slot& s, FinishReason why, const std::string& error = "");
