@@ -45,8 +45,9 @@ void RuntimeOptions::add_to(CLI::App* cmd) {
                 "sliding-window layers (Gemma 3's local ones) keep full-length K/V like the global layers, instead of "
                 "a ring of window + prefill chunk rows (same logits, more memory)");
   cmd->add_flag("--unfused", unfused,
-                "compile every op as its own stage (default: norms, gate functions and RoPE are folded into the op "
-                "that reads them, fewer barriers per token, the same logits)");
+                "compile every op as its own stage (default: norms, gate functions, RoPE and residual adds are folded "
+                "into the op that reads them and fused projections split per slice, fewer stages per token, the same "
+                "logits)");
   cmd->add_flag("--no-repack", no_repack,
                 "keep every weight as the GGUF file stores it (default: int8 matmul weights are repacked into the "
                 "layout the CPU reads fastest, once, and kept beside the blob cache)");
