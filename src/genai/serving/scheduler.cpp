@@ -274,7 +274,9 @@ size_t Scheduler::copy_prefix(Slot& to, const std::vector<int32_t>& prompt, size
   }
   if (!donor || !rt_->copy_rows(donor->id, to.id, static_cast<int64_t>(most))) return have;
   to.tokens.assign(prompt.begin(), prompt.begin() + static_cast<long>(most));
-  work_.copied_prefix_rows += most;
+  // Counted as the rows gained: the `have` rows were the slot's own (kept, or prefilled by this
+  // request), so copied_prefix_rows stays a part of cached_tokens.
+  work_.copied_prefix_rows += most - have;
   return most;
 }
 
