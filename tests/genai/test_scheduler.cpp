@@ -58,6 +58,12 @@ GenerationConfig greedy(int64_t n) {
   return g;
 }
 
+// The ids of `text` as it continues a prompt (without the BOS encode_prompt puts first).
+std::vector<int32_t> tail(genai::Scheduler& sched, const char* text) {
+  const std::vector<int32_t> v = sched.encode_prompt(text);
+  return std::vector<int32_t>(v.begin() + 1, v.end());
+}
+
 TEST(Scheduler, EveryRequestGetsThePipelinesTextWhateverRunsBesideIt) {
   NPULLM_REQUIRE_SHARED(kModel);
   const std::string path = test::shared_path(kModel);
@@ -139,14 +145,10 @@ TEST(Scheduler, APromptSharingAPrefixWithABusySlotCopiesItsRows) {
   genai::SchedulerConfig sc;
   sc.parallel = 2;
   genai::Scheduler sched(path, pipeline_config(), sc);
-  auto tail = [&](const char* text) {
-    const std::vector<int32_t> v = sched.encode_prompt(text);
-    return std::vector<int32_t>(v.begin() + 1, v.end());  // without BOS
-  };
   std::vector<int32_t> pa = sched.encode_prompt(
       "Once upon a time there was a little girl named Lily. She lived in a small house with her mom and dad. Every day she");
   std::vector<int32_t> pb = pa;
-  const std::vector<int32_t> ta = tail(" went to the park to play."), tb = tail(" liked to sing songs with her dog.");
+  const std::vector<int32_t> ta = tail(sched, " went to the park to play."), tb = tail(sched, " liked to sing songs with her dog.");
   pa.insert(pa.end(), ta.begin(), ta.end());
   pb.insert(pb.end(), tb.begin(), tb.end());
   size_t shared = 0;
@@ -198,10 +200,6 @@ TEST(Scheduler, ARequestAdmittedBesideOneStillPrefillingItsPrefixCopiesTheRowsLa
   genai::SchedulerConfig sc;
   sc.parallel = 3;
   genai::Scheduler sched(path, pipeline_config(), sc);
-  auto tail = [&](const char* text) {
-    const std::vector<int32_t> v = sched.encode_prompt(text);
-    return std::vector<int32_t>(v.begin() + 1, v.end());  // without BOS
-  };
   std::vector<int32_t> pc = sched.encode_prompt(
       "Tom had a big red ball. He liked to kick it in the garden every morning. One day the ball went over "
       "the fence and into the garden of an old man. Tom was scared, but he knocked on the door. The old man "
@@ -211,7 +209,7 @@ TEST(Scheduler, ARequestAdmittedBesideOneStillPrefillingItsPrefixCopiesTheRowsLa
       "Once upon a time there was a little girl named Lily. She lived in a small house with her mom and dad. "
       "Every day she went outside to look at the sky, and every night she");
   std::vector<int32_t> pb = pa;
-  const std::vector<int32_t> ta = tail(" went to the park to play."), tb = tail(" liked to sing songs with her dog.");
+  const std::vector<int32_t> ta = tail(sched, " went to the park to play."), tb = tail(sched, " liked to sing songs with her dog.");
   pa.insert(pa.end(), ta.begin(), ta.end());
   pb.insert(pb.end(), tb.begin(), tb.end());
   size_t shared = 0;
