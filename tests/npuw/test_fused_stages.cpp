@@ -118,18 +118,23 @@ StepStages decode_stages(const Golden& m, bool fuse) {
   return {rt.device_counters().stages - before, rt.hparams().n_layer};
 }
 
+// A decode step of `m`, fused or not, runs per_layer stages a layer plus `extra`.
+void expect_stages(const Golden& m, bool fuse, int64_t per_layer, int64_t extra) {
+  SCOPED_TRACE(std::string(m.gguf) + (fuse ? ", fused" : ", unfused"));
+  const StepStages got = decode_stages(m, fuse);
+  EXPECT_EQ(got.stages, per_layer * got.layers + extra);
+}
+
 TEST(FusedStages, ALlamaLayerDecodesInSixStages) {
   const Golden& m = kModels[0];
   NPULLM_REQUIRE_SHARED(m.gguf);
   NPULLM_REQUIRE_SHARED(m.json);
   // Unfused: norm, q/k/v, rope, scatter, attention, output + residual, norm, gate/up, SwiGLU, down
   // + residual per layer, then the output norm and the logits (embedding in the first stage).
-  const StepStages llama_plain = decode_stages(m, false);
-  EXPECT_EQ(llama_plain.stages, 10 * llama_plain.layers + 3);
+  expect_stages(m, false, 10, 3);
   // Fused: q/k/v (normalising), rope q + scatter k (rotating) and v, attention, output, gate/up
   // (normalising), down (gating); then the logits (normalising).
-  const StepStages llama_fused = decode_stages(m, true);
-  EXPECT_EQ(llama_fused.stages, 6 * llama_fused.layers + 2);
+  expect_stages(m, true, 6, 2);
 }
 
 TEST(FusedStages, PerHeadNormsAndGemmasPostNormsCostNoStageOfTheirOwn) {
@@ -141,17 +146,13 @@ TEST(FusedStages, PerHeadNormsAndGemmasPostNormsCostNoStageOfTheirOwn) {
   }
   // Qwen3: the llama layer's ten plus the Q/K norms' own stage; fused, the Q/K norms are applied
   // by the Rope of q and the rotating scatter of k, so a layer is a llama layer's six.
-  const StepStages qwen3_plain = decode_stages(qwen3, false);
-  EXPECT_EQ(qwen3_plain.stages, 11 * qwen3_plain.layers + 3);
-  const StepStages qwen3_fused = decode_stages(qwen3, true);
-  EXPECT_EQ(qwen3_fused.stages, 6 * qwen3_fused.layers + 2);
+  expect_stages(qwen3, false, 11, 3);
+  expect_stages(qwen3, true, 6, 2);
   // Gemma 3: each sublayer's output is normalised and then added to the residual stream (no
   // residual inside the matmul): 15 stages a layer, plus the embedding's scale and the logits'
   // soft-cap. Fused: the six above plus one norm-and-add per sublayer.
-  const StepStages gemma3_plain = decode_stages(gemma3, false);
-  EXPECT_EQ(gemma3_plain.stages, 15 * gemma3_plain.layers + 5);
-  const StepStages gemma3_fused = decode_stages(gemma3, true);
-  EXPECT_EQ(gemma3_fused.stages, 8 * gemma3_fused.layers + 4);
+  expect_stages(gemma3, false, 15, 5);
+  expect_stages(gemma3, true, 8, 4);
 }
 
 TEST(FusedStages, PhisFusedProjectionsSplitIntoOneMatMulPerSlice) {
@@ -160,10 +161,8 @@ TEST(FusedStages, PhisFusedProjectionsSplitIntoOneMatMulPerSlice) {
   NPULLM_REQUIRE_SHARED(phi3.json);
   // Unfused: the llama layer's ten plus a stage of column slices after each fused projection (q/k/v
   // and gate/up). Fused, each slice is a matmul over its rows of the weight: the llama layer's six.
-  const StepStages plain = decode_stages(phi3, false);
-  EXPECT_EQ(plain.stages, 12 * plain.layers + 3);
-  const StepStages fused = decode_stages(phi3, true);
-  EXPECT_EQ(fused.stages, 6 * fused.layers + 2);
+  expect_stages(phi3, false, 12, 3);
+  expect_stages(phi3, true, 6, 2);
 }
 
 }  // namespace
