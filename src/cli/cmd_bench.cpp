@@ -20,7 +20,7 @@
 #include "blob/task.h"
 #include "device/device.h"
 #include "formats/gguf.h"
-#include "genai/sampler.h"
+#include "genai/sampling/sampler.h"
 
 namespace npullm::cli {
 

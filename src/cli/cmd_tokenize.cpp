@@ -5,8 +5,8 @@
 #include "cli/commands.h"
 #include "common/error.h"
 #include "formats/gguf.h"
-#include "genai/hf_tokenizer_json.h"
-#include "genai/tokenizer.h"
+#include "genai/tokenizer/hf_tokenizer_json.h"
+#include "genai/tokenizer/tokenizer.h"
 
 namespace npullm::cli {
 

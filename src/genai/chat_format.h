@@ -5,7 +5,7 @@
 
 #include <npullm/llm_pipeline.h>
 
-#include "genai/tokenizer.h"
+#include "genai/tokenizer/tokenizer.h"
 
 namespace npullm::genai {
 

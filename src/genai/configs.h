@@ -4,7 +4,7 @@
 #pragma once
 #include <npullm/llm_pipeline.h>
 
-#include "genai/sampler.h"
+#include "genai/sampling/sampler.h"
 #include "npuw/llm_runtime.h"
 
 namespace npullm::genai {

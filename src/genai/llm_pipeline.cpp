@@ -18,9 +18,9 @@
 #include "genai/chat_format.h"
 #include "genai/configs.h"
 #include "genai/open_model.h"
-#include "genai/sampler.h"
-#include "genai/stop_rules.h"
-#include "genai/tokenizer.h"
+#include "genai/sampling/sampler.h"
+#include "genai/sampling/stop_rules.h"
+#include "genai/tokenizer/tokenizer.h"
 #include "npuw/llm_runtime.h"
 
 namespace npullm {

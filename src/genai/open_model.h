@@ -4,7 +4,7 @@
 #include <memory>
 #include <string>
 
-#include "genai/tokenizer.h"
+#include "genai/tokenizer/tokenizer.h"
 #include "npuw/llm_runtime.h"
 
 namespace npullm::genai {

@@ -11,7 +11,7 @@
 
 #include "formats/gguf.h"
 #include "fuzz_util.h"
-#include "genai/tokenizer.h"
+#include "genai/tokenizer/tokenizer.h"
 
 using namespace npullm;
 

@@ -13,7 +13,7 @@
 
 #include "formats/gguf.h"
 #include "fuzz_util.h"
-#include "genai/tokenizer.h"
+#include "genai/tokenizer/tokenizer.h"
 #include "model/hparams.h"
 #include "model/llama_graph.h"
 

@@ -5,8 +5,8 @@
 #include <cstdint>
 
 #include "fuzz_util.h"
-#include "genai/hf_tokenizer_json.h"
-#include "genai/tokenizer.h"
+#include "genai/tokenizer/hf_tokenizer_json.h"
+#include "genai/tokenizer/tokenizer.h"
 
 using namespace npullm;
 

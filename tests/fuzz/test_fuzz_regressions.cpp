@@ -13,9 +13,9 @@
 
 #include "common/error.h"
 #include "formats/gguf.h"
-#include "genai/hf_tokenizer_json.h"
+#include "genai/tokenizer/hf_tokenizer_json.h"
 #include "genai/jinja/template.h"
-#include "genai/tokenizer.h"
+#include "genai/tokenizer/tokenizer.h"
 #include "server/openai_request.h"
 
 namespace npullm {

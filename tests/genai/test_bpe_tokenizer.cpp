@@ -18,8 +18,8 @@
 
 #include "common/error.h"
 #include "formats/gguf.h"
-#include "genai/hf_tokenizer_json.h"
-#include "genai/tokenizer.h"
+#include "genai/tokenizer/hf_tokenizer_json.h"
+#include "genai/tokenizer/tokenizer.h"
 #include "test_util.h"
 #include "tokenizer_vectors.h"
 

@@ -17,7 +17,7 @@
 #include "formats/gguf.h"
 #include "genai/chat_format.h"
 #include "genai/jinja/template.h"
-#include "genai/tokenizer.h"
+#include "genai/tokenizer/tokenizer.h"
 #include "test_util.h"
 
 namespace npullm::genai::jinja {

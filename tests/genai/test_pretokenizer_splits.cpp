@@ -8,7 +8,7 @@
 #include <map>
 #include <nlohmann/json.hpp>
 
-#include "genai/pretokenizer.h"
+#include "genai/tokenizer/pretokenizer.h"
 #include "test_util.h"
 
 namespace npullm::genai::detail {

@@ -13,7 +13,7 @@
 #include <vector>
 
 #include "common/error.h"
-#include "genai/sampler.h"
+#include "genai/sampling/sampler.h"
 #include "test_util.h"
 
 namespace npullm::genai {

@@ -10,7 +10,7 @@
 #include <vector>
 
 #include "common/error.h"
-#include "genai/stop_rules.h"
+#include "genai/sampling/stop_rules.h"
 #include "test_util.h"
 
 namespace npullm::genai {

@@ -12,7 +12,7 @@
 
 #include "common/error.h"
 #include "formats/gguf.h"
-#include "genai/tokenizer.h"
+#include "genai/tokenizer/tokenizer.h"
 #include "test_util.h"
 #include "tokenizer_vectors.h"
 

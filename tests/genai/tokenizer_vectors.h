@@ -8,7 +8,7 @@
 #include <string>
 #include <vector>
 
-#include "genai/tokenizer.h"
+#include "genai/tokenizer/tokenizer.h"
 #include "test_util.h"
 
 namespace npullm::genai::test_vectors {

@@ -8,7 +8,7 @@
 #include "common/error.h"
 #include "formats/gguf.h"
 #include "genai/open_model.h"
-#include "genai/tokenizer.h"
+#include "genai/tokenizer/tokenizer.h"
 #include "model/hparams.h"
 #include "model/llama_graph.h"
 #include "npuw/llm_runtime.h"

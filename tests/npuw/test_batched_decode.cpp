@@ -10,7 +10,7 @@
 #include <cstring>
 
 #include "common/error.h"
-#include "genai/sampler.h"
+#include "genai/sampling/sampler.h"
 #include "npuw/llm_runtime.h"
 #include "test_util.h"
 

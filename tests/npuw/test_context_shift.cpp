@@ -9,7 +9,7 @@
 
 #include "common/error.h"
 #include "formats/ggml_types.h"
-#include "genai/sampler.h"
+#include "genai/sampling/sampler.h"
 #include "npuw/llm_runtime.h"
 #include "test_util.h"
 

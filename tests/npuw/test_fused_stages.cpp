@@ -13,7 +13,7 @@
 #include <cstring>
 
 #include "formats/ggml_types.h"
-#include "genai/sampler.h"
+#include "genai/sampling/sampler.h"
 #include "npuw/llm_runtime.h"
 #include "test_util.h"
 

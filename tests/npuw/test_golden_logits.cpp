@@ -8,7 +8,7 @@
 #include <nlohmann/json.hpp>
 
 #include "formats/ggml_types.h"
-#include "genai/sampler.h"
+#include "genai/sampling/sampler.h"
 #include "npuw/llm_runtime.h"
 #include "test_util.h"
 

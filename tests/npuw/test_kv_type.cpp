@@ -14,7 +14,7 @@
 
 #include "common/error.h"
 #include "formats/ggml_types.h"
-#include "genai/sampler.h"
+#include "genai/sampling/sampler.h"
 #include "model/synth.h"
 #include "npuw/llm_runtime.h"
 #include <npullm/llm_pipeline.h>

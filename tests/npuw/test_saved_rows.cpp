@@ -6,7 +6,7 @@
 #include <gtest/gtest.h>
 
 #include "formats/ggml_types.h"
-#include "genai/sampler.h"
+#include "genai/sampling/sampler.h"
 #include "npuw/llm_runtime.h"
 #include "test_util.h"
 

@@ -1,5 +1,5 @@
 // See special_tokens.h.
-#include "genai/special_tokens.h"
+#include "genai/tokenizer/special_tokens.h"
 
 #include <algorithm>
 #include <map>

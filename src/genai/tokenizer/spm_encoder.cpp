@@ -12,8 +12,8 @@
 #include <unordered_map>
 
 #include "common/error.h"
-#include "genai/tokenizer_encoder.h"
-#include "genai/tokenizer_utf8.h"
+#include "genai/tokenizer/tokenizer_encoder.h"
+#include "genai/tokenizer/tokenizer_utf8.h"
 
 namespace npullm::genai::detail {
 

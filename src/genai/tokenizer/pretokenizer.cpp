@@ -5,7 +5,7 @@
 // "(?i:'s|'t)" spelled "'[sS]|'[tT]"), the original HF regex is used here: PCRE2 has the feature,
 // and the HF tokenizers are what the vectors come from.
 #define PCRE2_CODE_UNIT_WIDTH 8
-#include "genai/pretokenizer.h"
+#include "genai/tokenizer/pretokenizer.h"
 
 #include <pcre2.h>
 
@@ -13,7 +13,7 @@
 #include <utility>
 
 #include "common/error.h"
-#include "genai/tokenizer_utf8.h"
+#include "genai/tokenizer/tokenizer_utf8.h"
 
 namespace npullm::genai::detail {
 

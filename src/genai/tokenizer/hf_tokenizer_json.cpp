@@ -1,5 +1,5 @@
 // HF tokenizer.json -> Vocab. See hf_tokenizer_json.h for what is supported.
-#include "genai/hf_tokenizer_json.h"
+#include "genai/tokenizer/hf_tokenizer_json.h"
 
 #include <algorithm>
 
@@ -11,7 +11,7 @@
 #include <sstream>
 
 #include "common/error.h"
-#include "genai/pretokenizer.h"
+#include "genai/tokenizer/pretokenizer.h"
 
 namespace npullm::genai {
 

@@ -1,4 +1,4 @@
-#include "genai/stop_rules.h"
+#include "genai/sampling/stop_rules.h"
 
 #include <algorithm>
 

@@ -15,7 +15,7 @@
 #include <unordered_map>
 #include <vector>
 
-#include "genai/tokenizer.h"
+#include "genai/tokenizer/tokenizer.h"
 
 namespace npullm::genai::detail {
 

@@ -23,8 +23,8 @@
 #include <array>
 
 #include "common/error.h"
-#include "genai/tokenizer_encoder.h"
-#include "genai/tokenizer_utf8.h"
+#include "genai/tokenizer/tokenizer_encoder.h"
+#include "genai/tokenizer/tokenizer_utf8.h"
 
 namespace npullm::genai::detail {
 
@@ -39,7 +39,7 @@ struct Run {
   uint8_t kind;  // 0: offset, 1: target, 2: offset on every second code point
 };
 constexpr Run kRuns[] = {
-#include "genai/wpm_unicode_table.inc"
+#include "genai/tokenizer/wpm_unicode_table.inc"
 };
 
 // Accent-stripped, lower-cased `cp` (a non-mark, non-Hangul code point).

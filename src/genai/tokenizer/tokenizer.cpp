@@ -1,10 +1,10 @@
 // The Tokenizer facade: picks the encoder for the vocab's model, cuts special tokens out of the
 // text, adds BOS/EOS, and turns ids back into text. See tokenizer.h for the outline.
-#include "genai/tokenizer.h"
+#include "genai/tokenizer/tokenizer.h"
 
 #include "common/error.h"
-#include "genai/special_tokens.h"
-#include "genai/tokenizer_encoder.h"
+#include "genai/tokenizer/special_tokens.h"
+#include "genai/tokenizer/tokenizer_encoder.h"
 
 namespace npullm::genai {
 

@@ -15,7 +15,7 @@
 #include <string>
 #include <string_view>
 
-#include "genai/tokenizer.h"
+#include "genai/tokenizer/tokenizer.h"
 
 namespace npullm::genai {
 

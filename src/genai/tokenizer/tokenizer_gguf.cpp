@@ -5,8 +5,8 @@
 
 #include "common/error.h"
 #include "formats/gguf.h"
-#include "genai/pretokenizer.h"
-#include "genai/tokenizer.h"
+#include "genai/tokenizer/pretokenizer.h"
+#include "genai/tokenizer/tokenizer.h"
 
 namespace npullm::genai {
 

@@ -1,4 +1,4 @@
-#include "genai/sampler.h"
+#include "genai/sampling/sampler.h"
 
 #include <algorithm>
 #include <cmath>

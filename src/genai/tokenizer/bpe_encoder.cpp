@@ -9,10 +9,10 @@
 #include <queue>
 
 #include "common/error.h"
-#include "genai/byte_level.h"
-#include "genai/pretokenizer.h"
-#include "genai/tokenizer_encoder.h"
-#include "genai/tokenizer_utf8.h"
+#include "genai/tokenizer/byte_level.h"
+#include "genai/tokenizer/pretokenizer.h"
+#include "genai/tokenizer/tokenizer_encoder.h"
+#include "genai/tokenizer/tokenizer_utf8.h"
 
 namespace npullm::genai::detail {
 

@@ -1,11 +1,11 @@
 // GPT-2's byte <-> unicode table, built from its definition: the printable bytes '!'..'~',
 // U+00A1..U+00AC and U+00AE..U+00FF stand for themselves; the other 68 bytes (controls, space,
 // DEL, U+0080..U+00A0, soft hyphen) are numbered in byte order and stand for U+0100 + that number.
-#include "genai/byte_level.h"
+#include "genai/tokenizer/byte_level.h"
 
 #include <array>
 
-#include "genai/tokenizer_utf8.h"
+#include "genai/tokenizer/tokenizer_utf8.h"
 
 namespace npullm::genai::detail {
 

@@ -5,7 +5,7 @@
 #include <string_view>
 #include <vector>
 
-#include "genai/tokenizer.h"
+#include "genai/tokenizer/tokenizer.h"
 
 namespace npullm::genai::detail {
 
