@@ -7,6 +7,8 @@
 #include <cwctype>
 #include <locale.h>
 
+#include "genai/utf8.h"
+
 namespace npullm::genai::jinja {
 
 std::u32string utf8_decode(std::string_view s) {
@@ -48,23 +50,8 @@ std::u32string utf8_decode(std::string_view s) {
 }
 
 void utf8_append(std::string& out, char32_t c) {
-  if (c >= 0xDC80 && c <= 0xDCFF) {  // an escaped raw byte (see utf8_decode)
-    out.push_back(static_cast<char>(c - 0xDC00));
-  } else if (c < 0x80) {
-    out.push_back(static_cast<char>(c));
-  } else if (c < 0x800) {
-    out.push_back(static_cast<char>(0xC0 | (c >> 6)));
-    out.push_back(static_cast<char>(0x80 | (c & 0x3F)));
-  } else if (c < 0x10000) {
-    out.push_back(static_cast<char>(0xE0 | (c >> 12)));
-    out.push_back(static_cast<char>(0x80 | ((c >> 6) & 0x3F)));
-    out.push_back(static_cast<char>(0x80 | (c & 0x3F)));
-  } else {
-    out.push_back(static_cast<char>(0xF0 | (c >> 18)));
-    out.push_back(static_cast<char>(0x80 | ((c >> 12) & 0x3F)));
-    out.push_back(static_cast<char>(0x80 | ((c >> 6) & 0x3F)));
-    out.push_back(static_cast<char>(0x80 | (c & 0x3F)));
-  }
+  if (c >= 0xDC80 && c <= 0xDCFF) out.push_back(static_cast<char>(c - 0xDC00));  // an escaped raw byte (see utf8_decode)
+  else detail::utf8_append(out, static_cast<uint32_t>(c));
 }
 
 std::string utf8_encode(std::u32string_view s) {

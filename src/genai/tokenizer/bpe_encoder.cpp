@@ -12,7 +12,7 @@
 #include "genai/tokenizer/byte_level.h"
 #include "genai/tokenizer/pretokenizer.h"
 #include "genai/tokenizer/tokenizer_encoder.h"
-#include "genai/tokenizer/tokenizer_utf8.h"
+#include "genai/utf8.h"
 
 namespace npullm::genai::detail {
 

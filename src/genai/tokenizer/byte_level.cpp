@@ -5,7 +5,7 @@
 
 #include <array>
 
-#include "genai/tokenizer/tokenizer_utf8.h"
+#include "genai/utf8.h"
 
 namespace npullm::genai::detail {
 

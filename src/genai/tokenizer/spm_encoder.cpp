@@ -13,7 +13,7 @@
 
 #include "common/error.h"
 #include "genai/tokenizer/tokenizer_encoder.h"
-#include "genai/tokenizer/tokenizer_utf8.h"
+#include "genai/utf8.h"
 
 namespace npullm::genai::detail {
 

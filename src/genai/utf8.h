@@ -1,4 +1,4 @@
-// Small UTF-8 helpers shared by the tokenizer files (internal to genai/).
+// Small UTF-8 helpers shared by the tokenizers (genai/tokenizer/) and the Jinja engine (internal to genai/).
 #pragma once
 #include <cstddef>
 #include <cstdint>
