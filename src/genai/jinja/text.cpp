@@ -14,37 +14,12 @@ namespace npullm::genai::jinja {
 std::u32string utf8_decode(std::string_view s) {
   std::u32string out;
   out.reserve(s.size());
-  size_t i = 0;
-  const size_t n = s.size();
-  while (i < n) {
+  // detail::utf8_next rejects overlong forms, surrogates and truncated or broken sequences one
+  // byte at a time, so every accepted character re-encodes identically and the rest round-trip.
+  for (size_t i = 0; i < s.size();) {
     const auto b0 = static_cast<unsigned char>(s[i]);
-    if (b0 < 0x80) {
-      out.push_back(b0);
-      ++i;
-      continue;
-    }
-    int len = 0;
-    char32_t cp = 0;
-    if ((b0 & 0xE0) == 0xC0) len = 2, cp = b0 & 0x1F;
-    else if ((b0 & 0xF0) == 0xE0) len = 3, cp = b0 & 0x0F;
-    else if ((b0 & 0xF8) == 0xF0) len = 4, cp = b0 & 0x07;
-    bool ok = len > 0 && i + static_cast<size_t>(len) <= n;
-    for (int k = 1; ok && k < len; ++k) {
-      const auto b = static_cast<unsigned char>(s[i + static_cast<size_t>(k)]);
-      if ((b & 0xC0) != 0x80) ok = false;
-      else cp = (cp << 6) | (b & 0x3F);
-    }
-    // Reject overlong forms and surrogates so every accepted sequence re-encodes identically.
-    if (ok && ((len == 2 && cp < 0x80) || (len == 3 && cp < 0x800) || (len == 4 && (cp < 0x10000 || cp > 0x10FFFF)) ||
-               (cp >= 0xD800 && cp <= 0xDFFF)))
-      ok = false;
-    if (!ok) {
-      out.push_back(0xDC00 + b0);  // surrogateescape: keeps the raw byte
-      ++i;
-      continue;
-    }
-    out.push_back(cp);
-    i += static_cast<size_t>(len);
+    const int32_t cp = detail::utf8_next(s, i);
+    out.push_back(cp < 0 ? char32_t{0xDC00} + b0 : static_cast<char32_t>(cp));  // surrogateescape: keeps the raw byte
   }
   return out;
 }
