@@ -65,6 +65,18 @@ class ContextLengthError : public std::runtime_error {
   using std::runtime_error::runtime_error;
 };
 
+// Structured output: the generated text is constrained to a language (genai/grammar). A schema,
+// grammar or expression that cannot be compiled, or that uses a feature not implemented, is refused
+// (npullm::Error naming it) before anything is generated: never silently ignored.
+struct StructuredOutput {
+  enum class Kind { None, JsonObject, JsonSchema, Gbnf, Regex };
+  Kind kind = Kind::None;
+  std::string source;   // JsonSchema: the schema as JSON text; Gbnf: llama.cpp grammar text; Regex: the expression
+  // Non-empty: the output is free until this text appears in it, and the constraint applies to
+  // what follows it (lazy constraining, e.g. a tool call's "<tool_call>" under tool_choice auto).
+  std::string trigger;
+};
+
 struct GenerationConfig {
   int64_t max_new_tokens = 256;
   float temperature = 0.0f;                 // 0 = greedy
@@ -80,6 +92,7 @@ struct GenerationConfig {
   std::vector<std::string> stop_strings;    // output ends before the first one (not printed)
   std::vector<int32_t> stop_token_ids;      // besides EOS
   bool ignore_eos = false;
+  StructuredOutput structured;              // kind None: free text
 };
 
 enum class FinishReason { Eos, StopToken, StopString, Length, Cancelled };
