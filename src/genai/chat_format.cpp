@@ -46,6 +46,11 @@ std::string ChatFormat::render(const std::vector<ChatMessage>& messages, bool ad
   return jinja::render_chat_template(source_, msgs, add_generation_prompt, bos_, eos_);
 }
 
+std::string ChatFormat::render(const nlohmann::ordered_json& messages, bool add_generation_prompt,
+                               const nlohmann::ordered_json& extra) const {
+  return jinja::render_chat_template(source_, messages, add_generation_prompt, bos_, eos_, extra);
+}
+
 std::vector<int32_t> ChatFormat::encode(const Tokenizer& tok, const std::string& rendered) const {
   const bool has_bos = !bos_.empty() && rendered.rfind(bos_, 0) == 0;
   return tok.encode(rendered, /*add_bos=*/!has_bos, /*parse_special=*/true);

@@ -4,6 +4,7 @@
 #include <vector>
 
 #include <npullm/llm_pipeline.h>
+#include <nlohmann/json.hpp>
 
 #include "genai/tokenizer/tokenizer.h"
 
@@ -16,11 +17,16 @@ class ChatFormat {
   // or it does not parse.
   ChatFormat(const std::string& choice, const Tokenizer& tok);
   std::string render(const std::vector<ChatMessage>& messages, bool add_generation_prompt) const;
+  // The same over messages as the template sees them (JSON: tool calls, tool results), with extra
+  // template variables (`tools`, ...): what genai/tools renders a conversation with tools through.
+  std::string render(const nlohmann::ordered_json& messages, bool add_generation_prompt,
+                     const nlohmann::ordered_json& extra) const;
   // A rendered conversation -> ids: BOS added unless the template already wrote it, special tokens
   // parsed (the one rule for LLMPipeline's chats and the serving scheduler's requests).
   std::vector<int32_t> encode(const Tokenizer& tok, const std::string& rendered) const;
   const std::string& name() const { return name_; }
   const std::string& bos_text() const { return bos_; }
+  const std::string& source() const { return source_; }  // the Jinja source
 
  private:
   std::string name_, source_, bos_, eos_;

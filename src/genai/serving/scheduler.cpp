@@ -106,6 +106,13 @@ std::vector<int32_t> Scheduler::encode_chat(const std::vector<ChatMessage>& mess
   return format_->encode(*tok_, format_->render(messages, true));
 }
 
+std::vector<int32_t> Scheduler::encode_chat(const nlohmann::ordered_json& messages, const nlohmann::ordered_json& extra) const {
+  if (!format_) fail("{}", format_error_);
+  return format_->encode(*tok_, format_->render(messages, true, extra));
+}
+
+std::string Scheduler::chat_template_source() const { return format_ ? format_->source() : std::string(); }
+
 std::vector<int32_t> Scheduler::encode_prompt(const std::string& text) const { return tok_->encode(text, true); }
 
 uint64_t Scheduler::submit(ServeRequest r) {

@@ -34,6 +34,7 @@
 #include <vector>
 
 #include <npullm/llm_pipeline.h>
+#include <nlohmann/json.hpp>
 
 #include "common/error.h"
 
@@ -134,6 +135,11 @@ class Scheduler {
   // when the model wants it). Throw npullm::Error (e.g. a template that refuses the messages).
   std::vector<int32_t> encode_chat(const std::vector<ChatMessage>& messages) const;
   std::vector<int32_t> encode_prompt(const std::string& text) const;
+  // Messages as the template sees them (JSON objects, with tool calls and tool results) and extra
+  // template variables (e.g. `tools`), as genai/tools prepares them; the same rules otherwise.
+  std::vector<int32_t> encode_chat(const nlohmann::ordered_json& messages, const nlohmann::ordered_json& extra) const;
+  // The chat template's Jinja source ("" when there is none), which says its tool-call syntax.
+  std::string chat_template_source() const;
 
   // Queues a request and returns its id. Throws QueueFull when max_queue requests are waiting,
   // npullm::Error when the prompt is empty or cannot fit in a slot (with room for one token).
