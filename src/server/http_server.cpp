@@ -22,6 +22,9 @@
 
 #include "common/error.h"
 #include "genai/serving/scheduler.h"
+#include "genai/tools/tool_call_parser.h"
+#include "genai/tools/tool_constraint.h"
+#include "genai/tools/tool_prompt.h"
 #include "npuw/llm_runtime.h"
 #include "server/metrics.h"
 #include "server/openai_request.h"
@@ -43,7 +46,33 @@ int64_t unix_now() {
   return std::chrono::duration_cast<std::chrono::seconds>(std::chrono::system_clock::now().time_since_epoch()).count();
 }
 
-const char* finish_name(FinishReason r) { return r == FinishReason::Length ? "length" : "stop"; }
+const char* finish_name(FinishReason r, bool tool_calls = false) {
+  if (tool_calls) return "tool_calls";
+  return r == FinishReason::Length ? "length" : "stop";
+}
+
+using genai::tools::ToolCall;
+using genai::tools::ToolCallParser;
+
+json tool_call_json(const ToolCall& c) {
+  return {{"id", c.id}, {"type", "function"}, {"function", {{"name", c.name}, {"arguments", c.arguments}}}};
+}
+
+// A streamed call: its id, type and name once (with empty arguments), then its arguments in pieces
+// of about `piece` bytes, never cutting a UTF-8 sequence, as OpenAI streams them; the client
+// appends the pieces to the call with the same index.
+std::vector<json> tool_call_deltas(const ToolCall& c, size_t index, size_t piece = 24) {
+  std::vector<json> out;
+  out.push_back({{"index", index}, {"id", c.id}, {"type", "function"}, {"function", {{"name", c.name}, {"arguments", ""}}}});
+  const std::string& a = c.arguments;
+  for (size_t at = 0; at < a.size();) {
+    size_t end = std::min(a.size(), at + piece);
+    while (end < a.size() && (static_cast<unsigned char>(a[end]) & 0xC0) == 0x80) ++end;
+    out.push_back({{"index", index}, {"function", {{"arguments", a.substr(at, end - at)}}}});
+    at = end;
+  }
+  return out;
+}
 
 json usage_json(const genai::ServeResult& r) {
   const int64_t completion = static_cast<int64_t>(r.ids.size());
@@ -503,9 +532,30 @@ struct HttpServer::Impl {
       return send_error(res, ApiError{404, fmt::format("the model '{}' does not exist; this server serves '{}'", r.model, sched.model_name()),
                                       "invalid_request_error", "model", "model_not_found"});
     std::vector<int32_t> ids;
+    std::shared_ptr<ToolCallParser> tool_parser;  // set when the reply may hold tool calls
+    std::string structured_param = r.structured_param;
     try {
-      if (chat) ids = sched.encode_chat(std::get<ChatRequest>(r.body).messages);
-      else if (!std::get<CompletionRequest>(r.body).prompt_ids.empty()) ids = std::get<CompletionRequest>(r.body).prompt_ids;
+      if (chat && std::get<ChatRequest>(r.body).uses_tools()) {
+        // Tools, calls and results through the model's own template (genai/tools), the reply
+        // constrained to the family's call JSON as tool_choice asks, and parsed back.
+        const ChatRequest& c = std::get<ChatRequest>(r.body);
+        const genai::tools::Family family = genai::tools::detect_family(sched.chat_template_source());
+        const genai::tools::TemplateInput in = genai::tools::template_input(family, c.messages, c.tools, c.tool_choice);
+        ids = sched.encode_chat(in.messages, in.extra);
+        if (c.tool_choice.mode != genai::tools::ToolChoice::Mode::None) {
+          r.gen.structured = genai::tools::tool_constraint(family, c.tools, c.tool_choice, c.parallel_tool_calls);
+          structured_param = "tools";
+          std::vector<std::string> names;
+          for (const auto& t : c.tools) names.push_back(t.name);
+          const bool required = c.tool_choice.mode != genai::tools::ToolChoice::Mode::Auto;
+          tool_parser = std::make_shared<ToolCallParser>(family, required ? ToolCallParser::Mode::Required : ToolCallParser::Mode::Auto,
+                                                         std::move(names), c.parallel_tool_calls, fmt::format("call_{:016x}_", fresh_seed()));
+        }
+      } else if (chat) {
+        std::vector<ChatMessage> plain;
+        for (const auto& m : std::get<ChatRequest>(r.body).messages) plain.push_back({m.role, m.content});
+        ids = sched.encode_chat(plain);
+      } else if (!std::get<CompletionRequest>(r.body).prompt_ids.empty()) ids = std::get<CompletionRequest>(r.body).prompt_ids;
       else ids = sched.encode_prompt(std::get<CompletionRequest>(r.body).prompt);
     } catch (const Error& e) {
       return send_error(res, bad_request(fmt::format("cannot render the prompt: {}", e.what()), chat ? "messages" : "prompt"));
@@ -539,11 +589,12 @@ struct HttpServer::Impl {
     } catch (const genai::QueueFull& e) {
       return send_error(res, ApiError{503, e.what(), "server_error", "", "server_overloaded"});
     } catch (const Error& e) {
-      return send_error(res, bad_request(e.what()));
+      // Among them a schema or grammar genai/grammar cannot compile: the message names the keyword.
+      return send_error(res, bad_request(e.what(), r.gen.structured.kind != StructuredOutput::Kind::None ? structured_param : ""));
     }
     const std::string id = fmt::format("{}-{}", chat ? "chatcmpl" : "cmpl", next_id++);
     const int64_t created = unix_now();
-    if (r.stream) return stream(res, ch, chat, id, created, r.include_usage);
+    if (r.stream) return stream(res, ch, chat, id, created, r.include_usage, tool_parser);
 
     // Until it is done; a client that hangs up meanwhile cancels its request (freeing the slot).
     std::unique_lock lk(ch->m);
@@ -556,8 +607,24 @@ struct HttpServer::Impl {
     const genai::ServeResult& out = ch->result;
     if (!out.error.empty()) return send_error(res, ApiError{500, out.error, "server_error", "", ""});
     json choice = {{"index", 0}, {"logprobs", nullptr}, {"finish_reason", finish_name(out.finish)}};
-    if (chat) choice["message"] = {{"role", "assistant"}, {"content", out.text}};
-    else choice["text"] = out.text;
+    if (tool_parser) {
+      // The same parser the stream uses, fed the whole text: streamed and not give the same calls.
+      tool_parser->feed(out.text);
+      tool_parser->finish();
+      const auto& calls = tool_parser->calls();
+      json message = {{"role", "assistant"}, {"content", tool_parser->content()}};
+      if (!calls.empty()) {
+        if (tool_parser->content().empty()) message["content"] = nullptr;
+        message["tool_calls"] = json::array();
+        for (const ToolCall& c : calls) message["tool_calls"].push_back(tool_call_json(c));
+        choice["finish_reason"] = finish_name(out.finish, true);
+      }
+      choice["message"] = message;
+    } else if (chat) {
+      choice["message"] = {{"role", "assistant"}, {"content", out.text}};
+    } else {
+      choice["text"] = out.text;
+    }
     json body = {{"id", id},
                  {"object", chat ? "chat.completion" : "text_completion"},
                  {"created", created},
@@ -568,7 +635,10 @@ struct HttpServer::Impl {
   }
 
   // Server-sent events: one "data: {chunk}" event per piece of text as the scheduler produces it.
-  void stream(httplib::Response& res, std::shared_ptr<Channel> ch, bool chat, const std::string& id, int64_t created, bool usage) {
+  // With tool calls (`tools` non-null) the text goes through the parser: content as it is said,
+  // each call once complete (tool_call_deltas).
+  void stream(httplib::Response& res, std::shared_ptr<Channel> ch, bool chat, const std::string& id, int64_t created, bool usage,
+              std::shared_ptr<ToolCallParser> tools) {
     res.set_header("Cache-Control", "no-cache");
     res.set_header("X-Accel-Buffering", "no");
     const std::string model = sched.model_name();
@@ -581,6 +651,7 @@ struct HttpServer::Impl {
       return "data: " + dump(j) + "\n\n";
     };
     auto started = std::make_shared<bool>(false);
+    auto calls_said = std::make_shared<size_t>(0);
     genai::Scheduler* sched_ptr = &sched;
     res.set_chunked_content_provider(
         "text/event-stream",
@@ -607,16 +678,27 @@ struct HttpServer::Impl {
             done = ch->done;
             if (done) result = ch->result;
           }
+          std::string evs;
+          auto say = [&](const ToolCallParser::Delta& d) {
+            if (!d.content.empty()) evs += chunk({{"delta", {{"content", d.content}}}}, nullptr);
+            for (const ToolCall& c : d.calls) {
+              *calls_said += 1;
+              for (json& t : tool_call_deltas(c, *calls_said - 1)) evs += chunk({{"delta", {{"tool_calls", json::array({t})}}}}, nullptr);
+            }
+          };
           for (const std::string& p : pieces) {
-            const std::string ev = chat ? chunk({{"delta", {{"content", p}}}}, nullptr) : chunk({{"text", p}}, nullptr);
-            if (!sink.write(ev.data(), ev.size())) return gone();
+            if (tools) say(tools->feed(p));
+            else evs += chat ? chunk({{"delta", {{"content", p}}}}, nullptr) : chunk({{"text", p}}, nullptr);
           }
+          if (done && tools && result.error.empty()) say(tools->finish());
+          if (!evs.empty() && !sink.write(evs.data(), evs.size())) return gone();
           if (!done) return sink.is_writable() ? true : gone();
           std::string tail;
           if (!result.error.empty()) {
             tail += "data: " + dump(ApiError{500, result.error, "server_error", "", ""}.body()) + "\n\n";
           } else {
-            tail += chat ? chunk({{"delta", json::object()}}, finish_name(result.finish)) : chunk({{"text", ""}}, finish_name(result.finish));
+            const char* why = finish_name(result.finish, tools && !tools->calls().empty());
+            tail += chat ? chunk({{"delta", json::object()}}, why) : chunk({{"text", ""}}, why);
             if (usage) {
               json u = {{"id", id}, {"object", chat ? "chat.completion.chunk" : "text_completion"}, {"created", created},
                         {"model", model}, {"choices", json::array()}, {"usage", usage_json(result)}};

@@ -11,6 +11,8 @@
 #include <npullm/llm_pipeline.h>
 #include <nlohmann/json.hpp>
 
+#include "genai/tools/tool_types.h"
+
 namespace npullm::server {
 
 // An error as OpenAI reports it: {"error": {"message", "type", "param", "code"}}.
@@ -26,7 +28,12 @@ struct ApiError {
 ApiError bad_request(std::string message, std::string param = "", std::string code = "");
 
 struct ChatRequest {
-  std::vector<ChatMessage> messages;
+  std::vector<genai::tools::Message> messages;  // tool calls and results included
+  std::vector<genai::tools::Tool> tools;
+  genai::tools::ToolChoice tool_choice;         // auto with tools, none without
+  bool parallel_tool_calls = true;
+  // Tools offered or tool calls / results in the history: rendered through genai/tools.
+  bool uses_tools() const;
 };
 
 struct CompletionRequest {
@@ -40,7 +47,8 @@ struct ApiRequest {
   bool include_usage = false;         // stream_options.include_usage
   bool has_max_tokens = false;
   bool has_seed = false;
-  GenerationConfig gen;
+  GenerationConfig gen;               // gen.structured: from response_format, grammar or json_schema
+  std::string structured_param;       // the field that set gen.structured ("" when none)
   std::variant<ChatRequest, CompletionRequest> body;
 };
 
@@ -51,8 +59,11 @@ struct RequestLimits {
 };
 
 // Parses and validates a /v1/chat/completions (chat = true) or /v1/completions body. Unknown keys
-// are ignored, as OpenAI-compatible servers do; keys whose meaning npullm cannot honour (n > 1,
-// logprobs, tools, ...) are refused rather than silently dropped.
+// are ignored, as OpenAI-compatible servers do; every field of OpenAI's API reference is honoured
+// or, where npullm cannot (n > 1, logprobs, logit_bias, audio, ...), refused with a 400 naming it,
+// never silently dropped. Structured output: response_format (text, json_object, json_schema),
+// llama.cpp's `grammar` (GBNF) and `json_schema`, vLLM's guided_json / guided_regex / guided_choice;
+// tools: tools, tool_choice, parallel_tool_calls, assistant tool_calls and role "tool" messages.
 std::variant<ApiRequest, ApiError> parse_request(const std::string& body, bool chat, const RequestLimits& limits);
 
 }  // namespace npullm::server

@@ -92,7 +92,7 @@ TEST(OpenAiRequest, InvalidBodiesGetTheRightStatusAndParameter) {
       {R"({"messages":[{"role":"user","content":"x"}],"stream":"yes"})", "stream"},
       {R"({"messages":[{"role":"user","content":"x"}],"presence_penalty":3})", "presence_penalty"},
       {R"({"messages":[{"role":"user","content":"x"}],"logprobs":true})", "logprobs"},
-      {R"({"messages":[{"role":"user","content":"x"}],"tools":[{"type":"function"}]})", "tools"},
+      {R"({"messages":[{"role":"user","content":"x"}],"tools":[{"type":"function"}]})", "tools[0].function"},
       {R"({"messages":[{"role":"user","content":"x"}],"model":7})", "model"},
       {"{\"messages\":[{\"role\":\"user\",\"content\":\"\xff\xfe\"}]}", ""},
   };
