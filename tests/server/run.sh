@@ -6,10 +6,11 @@
 # usage: tests/server/run.sh NPULLM_BIN [MODEL.gguf] [FILTER]
 #   MODEL   default ../shared/models/llama2c/stories260K.gguf from the repo root; "" or - for it.
 #           Missing: exit 77 (skip), or 1 when NPULLM_REQUIRE_DATA=1.
-#   FILTER  extended regex on script names, e.g. 'openai|web|abuse' (default: all).
+#   FILTER  extended regex on script names, e.g. 'openai|web|abuse|structured' (default: all).
 # env: NPULLM_RUNTIME_FLAGS  extra runtime flags for both `serve` and `run` (e.g. "--variants 64,128")
 #      NPULLM_SCREENSHOT     where web_page.mjs saves its screenshot (default build/web-page.png)
 #      NPULLM_KEEP_TMP=1     keep the temp folder (server logs, blob cache)
+#      NPULLM_STRUCTURED_N   requests per kind in structured.mjs (default 4; issue 46's acceptance: 50)
 set -euo pipefail
 
 HERE="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
@@ -37,7 +38,7 @@ fi
 MODEL="$(cd "$(dirname "$MODEL")" && pwd)/$(basename "$MODEL")"
 
 SCRIPTS=()
-for s in bad_requests openai_client concurrency web_page abuse; do
+for s in bad_requests openai_client structured concurrency web_page abuse; do
   [[ "$s" =~ $FILTER ]] && SCRIPTS+=("$s")
 done
 [[ ${#SCRIPTS[@]} -gt 0 ]] || { echo "run.sh: no script matches '$FILTER'" >&2; exit 2; }
@@ -94,7 +95,7 @@ start_server() {
   PORT="$(free_port)"
   URL="http://127.0.0.1:$PORT"
   SERVER_LOG="$TMP/$name.log"
-  "$BIN" serve -m "$MODEL" --chat-template chatml --parallel "${PARALLEL:-8}" --host 127.0.0.1 --port "$PORT" \
+  "$BIN" serve -m "${SERVE_MODEL:-$MODEL}" --chat-template "${CHAT_TEMPLATE:-chatml}" --parallel "${PARALLEL:-8}" --host 127.0.0.1 --port "$PORT" \
     --cache-dir "$CACHE" "${RUNTIME_FLAGS[@]}" "$@" >"$SERVER_LOG" 2>&1 &
   SERVER_PID=$!
   local deadline=$((SECONDS + 60))
@@ -164,6 +165,21 @@ if [[ " ${SCRIPTS[*]} " == *" bad_requests "* ]]; then
   start_server auth --api-key secret
   run_script bad_requests NPULLM_API_KEY=secret
   stop_server || FAILED+=("clean shutdown (auth server)")
+fi
+
+# Tool calls in the Hermes (Qwen) syntax: the golden qwen2 model (Qwen's tokenizer) under Qwen3's
+# template; the main server's ChatML template has no tool syntax, so it exercised the generic form.
+QWEN="${NPULLM_SHARED_DIR:-$ROOT/../shared}/golden/qwen2-gpt2.Q4_0.gguf"
+if [[ " ${SCRIPTS[*]} " == *" structured "* ]]; then
+  if [[ -f "$QWEN" ]]; then
+    SERVE_MODEL="$QWEN" CHAT_TEMPLATE=qwen3 PARALLEL=4 start_server tools-qwen
+    run_script structured NPULLM_TOOL_FAMILY=hermes
+    stop_server || FAILED+=("clean shutdown (tools-qwen server)")
+  elif [[ "${NPULLM_REQUIRE_DATA:-0}" == "1" ]]; then
+    FAILED+=("structured [hermes]: $QWEN not found")
+  else
+    echo "run.sh: $QWEN not found; structured output on the Hermes tool syntax not tested"
+  fi
 fi
 
 # A server with 2 slots and room for 4 waiting requests: of 64 clients, many must get a deliberate
