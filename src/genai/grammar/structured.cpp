@@ -1,0 +1,31 @@
+#include "genai/grammar/structured.h"
+
+#include "genai/grammar/compile.h"
+
+namespace npullm::genai::grammar {
+
+std::shared_ptr<const TokenTrie> make_token_trie(const Tokenizer& tok) {
+  std::vector<std::string> pieces(static_cast<size_t>(tok.n_vocab()));
+  for (int32_t id = 0; id < tok.n_vocab(); ++id) pieces[static_cast<size_t>(id)] = tok.token_to_piece(id);
+  return std::make_shared<const TokenTrie>(std::move(pieces));
+}
+
+std::unique_ptr<StructuredDecoder> StructuredDecoder::make(const StructuredOutput& s, std::shared_ptr<const TokenTrie> trie,
+                                                           std::vector<int32_t> end_ids) {
+  std::shared_ptr<const Grammar> g = compile(s);
+  if (!g) return nullptr;
+  return std::unique_ptr<StructuredDecoder>(new StructuredDecoder(TokenMatcher(std::move(g), std::move(trie), std::move(end_ids), s.trigger)));
+}
+
+int32_t StructuredDecoder::sample(Sampler& sampler, std::span<const float> logits) {
+  const int32_t first = sampler.sample(logits);
+  if (m_.allowed(first)) return first;
+  ++rejections_;
+  const std::span<const uint64_t> mask = m_.mask();
+  bool any = false;
+  for (size_t w = 0; w < mask.size() && !any; ++w) any = mask[w] != 0;
+  if (!any) throw Error("structured output: no token of the vocabulary can continue the text the grammar requires");
+  return sampler.sample(logits, mask);
+}
+
+}  // namespace npullm::genai::grammar

@@ -1,0 +1,150 @@
+#include "genai/grammar/token_matcher.h"
+
+#include <algorithm>
+#include <functional>
+#include <numeric>
+
+namespace npullm::genai::grammar {
+
+namespace {
+constexpr size_t kCachedMasks = 32;
+}
+
+// ---------------------------------------------------------------------------------------------
+// the trie: built from the pieces sorted by their bytes, so each node's tokens form one run and
+// its children are the runs that share the next byte
+
+TokenTrie::TokenTrie(std::vector<std::string> pieces) : pieces_(std::move(pieces)) {
+  std::vector<int32_t> order;
+  for (size_t i = 0; i < pieces_.size(); ++i)
+    if (!pieces_[i].empty()) order.push_back(static_cast<int32_t>(i));
+  std::sort(order.begin(), order.end(), [&](int32_t a, int32_t b) {
+    return pieces_[static_cast<size_t>(a)] < pieces_[static_cast<size_t>(b)] || (pieces_[static_cast<size_t>(a)] == pieces_[static_cast<size_t>(b)] && a < b);
+  });
+  nodes_.push_back({});
+  // build(node, [a, b), depth): every piece in the range has the node's `depth` bytes as prefix.
+  std::function<void(uint32_t, size_t, size_t, size_t)> build = [&](uint32_t node, size_t a, size_t b, size_t depth) {
+    size_t i = a;
+    nodes_[node].first_token = static_cast<uint32_t>(tokens_.size());
+    while (i < b && pieces_[static_cast<size_t>(order[i])].size() == depth) tokens_.push_back(order[i++]);
+    nodes_[node].n_tokens = static_cast<uint32_t>(tokens_.size()) - nodes_[node].first_token;
+    // Children: runs of equal byte at `depth`. Their edges are contiguous, made before recursing.
+    std::vector<std::pair<size_t, size_t>> runs;
+    for (size_t j = i; j < b;) {
+      const char c = pieces_[static_cast<size_t>(order[j])][depth];
+      size_t k = j;
+      while (k < b && pieces_[static_cast<size_t>(order[k])][depth] == c) ++k;
+      runs.push_back({j, k});
+      j = k;
+    }
+    nodes_[node].first_child = static_cast<uint32_t>(edges_.size());
+    nodes_[node].n_children = static_cast<uint32_t>(runs.size());
+    for (const auto& [j, k] : runs) {
+      edges_.push_back({static_cast<uint8_t>(pieces_[static_cast<size_t>(order[j])][depth]), static_cast<uint32_t>(nodes_.size())});
+      nodes_.push_back({});
+    }
+    for (size_t r = 0; r < runs.size(); ++r)
+      build(edges_[nodes_[node].first_child + r].child, runs[r].first, runs[r].second, depth + 1);
+  };
+  build(0, 0, order.size(), 0);
+}
+
+// ---------------------------------------------------------------------------------------------
+
+TokenMatcher::TokenMatcher(std::shared_ptr<const Grammar> g, std::shared_ptr<const TokenTrie> trie, std::vector<int32_t> end_ids,
+                           std::string trigger)
+    : m_(std::move(g)), trie_(std::move(trie)), end_ids_(std::move(end_ids)), trigger_(std::move(trigger)), triggered_(trigger_.empty()) {}
+
+bool TokenMatcher::is_end(int32_t id) const { return std::find(end_ids_.begin(), end_ids_.end(), id) != end_ids_.end(); }
+
+size_t TokenMatcher::trigger_end(std::string_view bytes) const {
+  const std::string s = text_ + std::string(bytes);
+  const size_t at = s.find(trigger_);
+  return at == std::string::npos ? std::string::npos : at + trigger_.size();
+}
+
+bool TokenMatcher::allowed(int32_t id) {
+  if (is_end(id)) return complete();
+  if (id < 0 || static_cast<size_t>(id) >= trie_->n_vocab()) return false;
+  const std::string& p = trie_->piece(id);
+  if (!triggered_) {
+    const size_t end = trigger_end(p);
+    if (end == std::string::npos) return true;
+    return m_.can_accept(std::string_view(text_ + p).substr(end));
+  }
+  if (p.empty()) return false;
+  return m_.can_accept(p);
+}
+
+bool TokenMatcher::accept(int32_t id) {
+  if (is_end(id)) return complete();
+  if (!allowed(id)) return false;
+  const std::string& p = trie_->piece(id);
+  if (!triggered_) {
+    const size_t end = trigger_end(p);
+    if (end == std::string::npos) {
+      text_ += p;
+      // Only the last trigger-length - 1 bytes can still begin a trigger.
+      if (text_.size() >= trigger_.size()) text_.erase(0, text_.size() - (trigger_.size() - 1));
+      return true;
+    }
+    const std::string rest = (text_ + p).substr(end);
+    triggered_ = true;
+    text_.clear();
+    return m_.accept(rest);
+  }
+  return m_.accept(p);
+}
+
+void TokenMatcher::walk(std::vector<uint64_t>& bits) {
+  const auto& nodes = trie_->nodes();
+  const auto& edges = trie_->edges();
+  const auto& tokens = trie_->tokens();
+  std::function<void(uint32_t)> rec = [&](uint32_t node) {
+    const TokenTrie::Node& n = nodes[node];
+    if (n.n_children == 0) return;
+    const ByteSet next = m_.next_bytes();
+    for (uint32_t e = n.first_child; e < n.first_child + n.n_children; ++e) {
+      if (!next.test(edges[e].byte) || !m_.push(edges[e].byte)) continue;
+      const TokenTrie::Node& c = nodes[edges[e].child];
+      for (uint32_t t = c.first_token; t < c.first_token + c.n_tokens; ++t)
+        bits[static_cast<size_t>(tokens[t]) / 64] |= uint64_t{1} << (tokens[t] % 64);
+      rec(edges[e].child);
+      m_.pop();
+    }
+  };
+  rec(0);
+}
+
+std::span<const uint64_t> TokenMatcher::mask() {
+  const size_t words = (trie_->n_vocab() + 63) / 64;
+  scratch_.assign(words, 0);
+  if (!triggered_) {
+    for (size_t id = 0; id < trie_->n_vocab(); ++id)
+      if (allowed(static_cast<int32_t>(id))) scratch_[id / 64] |= uint64_t{1} << (id % 64);
+  } else {
+    const std::span<const int32_t> f = m_.frontier();
+    const bool done = m_.is_complete();
+    auto hit = std::find_if(cache_.begin(), cache_.end(), [&](const Cached& c) {
+      return c.complete == done && std::equal(c.frontier.begin(), c.frontier.end(), f.begin(), f.end());
+    });
+    if (hit != cache_.end()) {
+      cache_.splice(cache_.begin(), cache_, hit);
+    } else {
+      ++masks_built_;
+      Cached c{{f.begin(), f.end()}, done, std::vector<uint64_t>(words, 0)};
+      walk(c.bits);
+      cache_.push_front(std::move(c));
+      if (cache_.size() > kCachedMasks) cache_.pop_back();
+    }
+    scratch_ = cache_.front().bits;
+  }
+  for (int32_t id : end_ids_)
+    if (id >= 0 && static_cast<size_t>(id) < trie_->n_vocab()) {
+      if (complete()) scratch_[static_cast<size_t>(id) / 64] |= uint64_t{1} << (id % 64);
+      else scratch_[static_cast<size_t>(id) / 64] &= ~(uint64_t{1} << (id % 64));
+    }
+  return scratch_;
+}
+
+}  // namespace npullm::genai::grammar

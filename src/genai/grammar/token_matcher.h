@@ -1,0 +1,97 @@
+// Grammars at the level of tokens: what the sampler asks.
+//
+// TokenTrie: every token's bytes in one trie, built once per vocabulary and shared by every
+// request (a mask walks the trie with the byte matcher, so tokens that share a prefix share the
+// work, and a subtree is skipped as soon as its first byte is refused).
+//
+// TokenMatcher: one request's state. The cheap path is allowed(id) on the token the sampler chose
+// (sample first, check after); mask() builds the full set of allowed tokens only when that token
+// was refused. Masks are cached per matcher state: the stacks are hash-consed, so the same state
+// (inside a string, between array items...) is the same frontier and its mask is reused.
+//
+// End tokens (EOS, the request's stop tokens) are allowed only when the text is complete, and
+// must_end() says when nothing but the end may come. With a trigger, text is free until the
+// trigger appears; the constraint applies to what follows it.
+#pragma once
+#include <cstdint>
+#include <list>
+#include <memory>
+#include <span>
+#include <string>
+#include <unordered_map>
+#include <vector>
+
+#include "genai/grammar/matcher.h"
+
+namespace npullm::genai::grammar {
+
+class TokenTrie {
+ public:
+  // pieces[id]: the bytes token id stands for ("" for tokens that print nothing: never allowed).
+  explicit TokenTrie(std::vector<std::string> pieces);
+  size_t n_vocab() const { return pieces_.size(); }
+  const std::string& piece(int32_t id) const { return pieces_[static_cast<size_t>(id)]; }
+
+  struct Node {
+    uint32_t first_child, n_children;  // into edges_
+    uint32_t first_token, n_tokens;    // into tokens_: the tokens that end here
+  };
+  struct Edge {
+    uint8_t byte;
+    uint32_t child;
+  };
+  const std::vector<Node>& nodes() const { return nodes_; }
+  const std::vector<Edge>& edges() const { return edges_; }
+  const std::vector<int32_t>& tokens() const { return tokens_; }
+
+ private:
+  std::vector<std::string> pieces_;
+  std::vector<Node> nodes_;
+  std::vector<Edge> edges_;
+  std::vector<int32_t> tokens_;
+};
+
+class TokenMatcher {
+ public:
+  TokenMatcher(std::shared_ptr<const Grammar> g, std::shared_ptr<const TokenTrie> trie, std::vector<int32_t> end_ids,
+               std::string trigger = "");
+
+  // Whether token `id` may come next (end tokens: whether the text may end here).
+  bool allowed(int32_t id);
+  // Takes token `id` (an end token changes nothing); false, and no change, when it is not allowed.
+  bool accept(int32_t id);
+  // One bit per token (bit id % 64 of word id / 64): the tokens allowed next.
+  std::span<const uint64_t> mask();
+  // Nothing may follow: the caller ends with EOS without sampling.
+  bool must_end() const { return triggered_ && m_.is_terminated(); }
+  // The text so far may end here.
+  bool complete() const { return !triggered_ || m_.is_complete(); }
+  bool is_end(int32_t id) const;
+  bool triggered() const { return triggered_; }
+
+  int64_t masks_built() const { return masks_built_; }  // full masks computed (cache misses)
+
+ private:
+  // Before the trigger: where, in text_ + bytes, the constrained part would start (npos: not yet).
+  size_t trigger_end(std::string_view bytes) const;
+  void walk(std::vector<uint64_t>& bits);
+
+  Matcher m_;
+  std::shared_ptr<const TokenTrie> trie_;
+  std::vector<int32_t> end_ids_;
+  std::string trigger_;
+  bool triggered_;
+  std::string text_;  // before the trigger: the tail of the text that a trigger could still start in
+
+  // Masks by frontier; a small LRU.
+  struct Cached {
+    std::vector<int32_t> frontier;
+    bool complete;
+    std::vector<uint64_t> bits;
+  };
+  std::list<Cached> cache_;
+  std::vector<uint64_t> scratch_;
+  int64_t masks_built_ = 0;
+};
+
+}  // namespace npullm::genai::grammar

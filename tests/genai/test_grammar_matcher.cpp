@@ -1,0 +1,126 @@
+// The per-request matchers: the byte matcher's push/pop, and the token level — the mask equals
+// the brute-force answer (every token checked on its own) in every state of random walks, the
+// cache gives the same masks, end tokens only when complete, and lazy constraining after a trigger.
+#include <gtest/gtest.h>
+
+#include <random>
+
+#include "genai/grammar/gbnf.h"
+#include "genai/grammar/json_schema.h"
+#include "genai/grammar/token_matcher.h"
+#include "genai/sampling/sampler.h"
+#include "grammar_test_util.h"
+
+namespace npullm::genai::grammar {
+namespace {
+
+// A small vocabulary with JSON-ish pieces, multi-byte characters split across tokens, and ids
+// 0 (EOS, prints nothing) and 1 (another control token).
+std::vector<std::string> small_vocab() {
+  std::vector<std::string> v = {"", "", "{", "}", "\"", ":", ",", " ", "\n", "{\"", "\":", "\",", "\"}", "a", "b", "ab", "name",
+                                "\"name", "\":\"", "1", "12", "-", "0", "true", "false", "null", "[", "]", "[]", "x", "\xC3",
+                                "\xA9", "\xC3\xA9", "é!", "\\", "\\n", "u", "\\u", "00e9", "\"a\"", "}\n", ", \""};
+  return v;
+}
+
+bool bit(std::span<const uint64_t> m, size_t id) { return (m[id / 64] >> (id % 64)) & 1; }
+
+TEST(GrammarMatcher, PushPopRestoresTheState) {
+  auto g = compile_gbnf("root ::= \"ab\" | \"ac\" | \"b\"+\n");
+  Matcher m(g);
+  const std::vector<int32_t> before(m.frontier().begin(), m.frontier().end());
+  ASSERT_TRUE(m.push('a'));
+  ASSERT_TRUE(m.push('c'));
+  EXPECT_TRUE(m.is_complete());
+  m.pop();
+  m.pop();
+  EXPECT_EQ(std::vector<int32_t>(m.frontier().begin(), m.frontier().end()), before);
+  EXPECT_FALSE(m.push('x'));
+  EXPECT_TRUE(m.can_accept("bbb"));
+  EXPECT_FALSE(m.can_accept("abb"));
+  EXPECT_TRUE(m.accept("bb"));
+  EXPECT_TRUE(m.is_complete());
+  EXPECT_FALSE(m.is_terminated());  // more b's may follow
+}
+
+TEST(GrammarMatcher, MaskEqualsBruteForceAlongRandomWalks) {
+  auto trie = std::make_shared<const TokenTrie>(small_vocab());
+  const auto schema = compile_json_schema(R"({"type":"object","properties":{"name":{"type":"string","maxLength":4},
+      "a":{"type":"array","items":{"type":["integer","boolean","null"]}}},"required":["name"],"additionalProperties":false})");
+  std::mt19937 rng(7);
+  for (int walk = 0; walk < 30; ++walk) {
+    TokenMatcher tm(schema, trie, {0});
+    TokenMatcher brute(schema, trie, {0});
+    for (int step = 0; step < 40; ++step) {
+      const std::span<const uint64_t> mask = tm.mask();
+      std::vector<int32_t> allowed;
+      for (size_t id = 0; id < trie->n_vocab(); ++id) {
+        EXPECT_EQ(bit(mask, id), brute.allowed(static_cast<int32_t>(id))) << "token " << id << " at step " << step;
+        if (bit(mask, id)) allowed.push_back(static_cast<int32_t>(id));
+      }
+      ASSERT_FALSE(allowed.empty()) << "a JSON text always has a continuation or an end";
+      const int32_t id = allowed[rng() % allowed.size()];
+      if (id == 0) {
+        EXPECT_TRUE(tm.complete());
+        break;
+      }
+      ASSERT_TRUE(tm.accept(id));
+      ASSERT_TRUE(brute.accept(id));
+      if (tm.must_end()) {
+        const std::span<const uint64_t> end = tm.mask();
+        for (size_t k = 1; k < trie->n_vocab(); ++k) EXPECT_FALSE(bit(end, k));
+        EXPECT_TRUE(bit(end, 0));
+        break;
+      }
+    }
+  }
+}
+
+TEST(GrammarMatcher, MasksAreReusedForTheSameState) {
+  auto trie = std::make_shared<const TokenTrie>(small_vocab());
+  TokenMatcher tm(compile_json_schema(R"({"type":"string"})"), trie, {0});
+  ASSERT_TRUE(tm.accept(4));  // "
+  std::vector<uint64_t> first(tm.mask().begin(), tm.mask().end());
+  ASSERT_TRUE(tm.accept(13));  // a: inside the string, the same state again
+  std::vector<uint64_t> second(tm.mask().begin(), tm.mask().end());
+  EXPECT_EQ(first, second);
+  EXPECT_EQ(tm.masks_built(), 1);
+}
+
+TEST(GrammarMatcher, LazyTriggerConstrainsOnlyAfterIt) {
+  auto trie = std::make_shared<const TokenTrie>(std::vector<std::string>{"", "hi ", "<", "call", ">", "<call>", "{", "}", "x", "{}"});
+  TokenMatcher tm(compile_gbnf("root ::= \"{}\"\n"), trie, {0}, "<call>");
+  EXPECT_TRUE(tm.allowed(8));  // free text
+  EXPECT_TRUE(tm.allowed(0));  // may end before any call
+  ASSERT_TRUE(tm.accept(1));
+  ASSERT_TRUE(tm.accept(2));
+  ASSERT_TRUE(tm.accept(3));
+  EXPECT_FALSE(tm.triggered());
+  ASSERT_TRUE(tm.accept(4));  // "<" "call" ">" across three tokens
+  EXPECT_TRUE(tm.triggered());
+  EXPECT_FALSE(tm.allowed(8));
+  EXPECT_FALSE(tm.allowed(0));  // not complete
+  EXPECT_TRUE(tm.allowed(9));
+  ASSERT_TRUE(tm.accept(6));
+  ASSERT_TRUE(tm.accept(7));
+  EXPECT_TRUE(tm.must_end());
+}
+
+TEST(GrammarMatcher, SamplerMaskHookKeepsOnlyAllowedTokens) {
+  // The sampler's side: with a mask, greedy takes the best allowed token and a draw never leaves it.
+  std::vector<float> logits = {5.0f, 1.0f, 4.0f, 0.5f, 3.0f};
+  std::vector<uint64_t> mask = {(1u << 2) | (1u << 3)};
+  Sampler greedy(SamplerConfig{});
+  EXPECT_EQ(greedy.sample(logits, mask), 2);
+  SamplerConfig hot;
+  hot.temperature = 2.0f;
+  hot.seed = 3;
+  Sampler s(hot);
+  for (int i = 0; i < 200; ++i) {
+    const int32_t id = s.sample(logits, mask);
+    EXPECT_TRUE(id == 2 || id == 3) << id;
+  }
+}
+
+}  // namespace
+}  // namespace npullm::genai::grammar
