@@ -28,6 +28,7 @@
 #include "npuw/llm_runtime.h"
 #include "server/metrics.h"
 #include "server/openai_request.h"
+#include "server/openai_response.h"
 
 namespace npullm::server {
 
@@ -51,28 +52,7 @@ const char* finish_name(FinishReason r, bool tool_calls = false) {
   return r == FinishReason::Length ? "length" : "stop";
 }
 
-using genai::tools::ToolCall;
 using genai::tools::ToolCallParser;
-
-json tool_call_json(const ToolCall& c) {
-  return {{"id", c.id}, {"type", "function"}, {"function", {{"name", c.name}, {"arguments", c.arguments}}}};
-}
-
-// A streamed call: its id, type and name once (with empty arguments), then its arguments in pieces
-// of about `piece` bytes, never cutting a UTF-8 sequence, as OpenAI streams them; the client
-// appends the pieces to the call with the same index.
-std::vector<json> tool_call_deltas(const ToolCall& c, size_t index, size_t piece = 24) {
-  std::vector<json> out;
-  out.push_back({{"index", index}, {"id", c.id}, {"type", "function"}, {"function", {{"name", c.name}, {"arguments", ""}}}});
-  const std::string& a = c.arguments;
-  for (size_t at = 0; at < a.size();) {
-    size_t end = std::min(a.size(), at + piece);
-    while (end < a.size() && (static_cast<unsigned char>(a[end]) & 0xC0) == 0x80) ++end;
-    out.push_back({{"index", index}, {"function", {{"arguments", a.substr(at, end - at)}}}});
-    at = end;
-  }
-  return out;
-}
 
 json usage_json(const genai::ServeResult& r) {
   const int64_t completion = static_cast<int64_t>(r.ids.size());
@@ -611,15 +591,8 @@ struct HttpServer::Impl {
       // The same parser the stream uses, fed the whole text: streamed and not give the same calls.
       tool_parser->feed(out.text);
       tool_parser->finish();
-      const auto& calls = tool_parser->calls();
-      json message = {{"role", "assistant"}, {"content", tool_parser->content()}};
-      if (!calls.empty()) {
-        if (tool_parser->content().empty()) message["content"] = nullptr;
-        message["tool_calls"] = json::array();
-        for (const ToolCall& c : calls) message["tool_calls"].push_back(tool_call_json(c));
-        choice["finish_reason"] = finish_name(out.finish, true);
-      }
-      choice["message"] = message;
+      choice["message"] = tool_reply_message(*tool_parser);
+      choice["finish_reason"] = finish_name(out.finish, !tool_parser->calls().empty());
     } else if (chat) {
       choice["message"] = {{"role", "assistant"}, {"content", out.text}};
     } else {
@@ -636,7 +609,7 @@ struct HttpServer::Impl {
 
   // Server-sent events: one "data: {chunk}" event per piece of text as the scheduler produces it.
   // With tool calls (`tools` non-null) the text goes through the parser: content as it is said,
-  // each call once complete (tool_call_deltas).
+  // each call once complete (tool_reply_deltas).
   void stream(httplib::Response& res, std::shared_ptr<Channel> ch, bool chat, const std::string& id, int64_t created, bool usage,
               std::shared_ptr<ToolCallParser> tools) {
     res.set_header("Cache-Control", "no-cache");
@@ -680,11 +653,7 @@ struct HttpServer::Impl {
           }
           std::string evs;
           auto say = [&](const ToolCallParser::Delta& d) {
-            if (!d.content.empty()) evs += chunk({{"delta", {{"content", d.content}}}}, nullptr);
-            for (const ToolCall& c : d.calls) {
-              *calls_said += 1;
-              for (json& t : tool_call_deltas(c, *calls_said - 1)) evs += chunk({{"delta", {{"tool_calls", json::array({t})}}}}, nullptr);
-            }
+            for (json& delta : tool_reply_deltas(d, *calls_said)) evs += chunk({{"delta", std::move(delta)}}, nullptr);
           };
           for (const std::string& p : pieces) {
             if (tools) say(tools->feed(p));
