@@ -12,7 +12,7 @@
 //   section header table (8-aligned), last: any truncation cuts it, so it is caught first.
 //
 //   idx name              type      flags   align entsize link     info   contents
-//    1  .npu.tasks        PROGBITS  WA      64    160     0        0      TaskDesc[n] (host layout)
+//    1  .npu.tasks        PROGBITS  WA      64    184     0        0      TaskDesc[n] (host layout)
 //    2  .npu.barriers     PROGBITS  A       8     8       0        0      BarrierDesc[n]
 //    3  .npu.consts       PROGBITS  A       64    0       0        0      raw constant bytes
 //    4  .npu.scratch      NOBITS    WA      64    0       0        0      size = scratch_bytes
@@ -107,11 +107,11 @@ namespace {
 // little-endian layout on a little-endian host with this exact packing.
 static_assert(std::endian::native == std::endian::little, "blob format is little-endian");
 static_assert(std::is_trivially_copyable_v<TaskDesc> && std::is_trivially_copyable_v<BarrierDesc>);
-static_assert(sizeof(TaskDesc) == 160 && offsetof(TaskDesc, ptr) == 32);
+static_assert(sizeof(TaskDesc) == 184 && offsetof(TaskDesc, ptr) == 40);
 static_assert(sizeof(BarrierDesc) == 8);
 
 constexpr Elf64_Half kMachine = EM_NONE;
-constexpr Elf64_Word kFormatVersion = 1;  // e_flags
+constexpr Elf64_Word kFormatVersion = 2;  // e_flags (2: eight operands a task, for attention sinks)
 
 constexpr uint32_t R_NPU_SCRATCH = 1, R_NPU_CONST = 2, R_NPU_WEIGHT = 3, R_NPU_IO = 4;
 

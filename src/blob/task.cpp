@@ -19,6 +19,11 @@ const char* op_name(uint32_t op) {
     case OpCode::Scale: return "Scale";
     case OpCode::SoftCap: return "SoftCap";
     case OpCode::GeGlu: return "GeGlu";
+    case OpCode::MoeRoute: return "MoeRoute";
+    case OpCode::MoeGather: return "MoeGather";
+    case OpCode::MoeMatMul: return "MoeMatMul";
+    case OpCode::MoeSum: return "MoeSum";
+    case OpCode::SwiGluOai: return "SwiGluOai";
   }
   return "?";
 }

@@ -123,12 +123,16 @@ double median(std::vector<double> v) {
 }
 
 // Bytes of weights one decoded token reads: every matrix once; of the embedding table only one row,
-// unless it doubles as the output matrix.
-double weight_bytes_per_token(const GgufFile& f) {
+// unless it doubles as the output matrix; of a mixture of experts' 3-D expert tensors (and their
+// biases) only the k slabs the token chose (its active bytes: attention, router, k experts, output).
+double weight_bytes_per_token(const GgufFile& f, const model::HParams& hp) {
   double total = 0;
   const bool tied = f.find_tensor("output.weight") == nullptr;
   for (const GgufTensorInfo& t : f.tensors()) {
+    const bool expert = hp.is_moe() && t.name.find("_exps.") != std::string::npos && !t.dims.empty() &&
+                        t.dims.back() == hp.n_expert;
     if (t.name == "token_embd.weight" && !tied) total += static_cast<double>(t.n_bytes) / static_cast<double>(t.rows());
+    else if (expert) total += static_cast<double>(t.n_bytes) * static_cast<double>(hp.n_expert_used) / static_cast<double>(hp.n_expert);
     else total += static_cast<double>(t.n_bytes);
   }
   return total;
@@ -182,8 +186,9 @@ int run(BenchOptions& o) {
   std::vector<device::Device::Counters::MatMulKind> tg_kinds;  // of all tg runs: runs and time of each kind
   double tg_seconds = 0;
   int64_t tg_tokens = 0;
+  int64_t tg_expert_bytes = 0, tg_expert_slabs = 0;  // of all tg runs: expert slabs a mixture of experts read
   const npuw::RuntimeStats s0 = rt.stats();
-  const double bytes_per_token = weight_bytes_per_token(rt.gguf());
+  const double bytes_per_token = weight_bytes_per_token(rt.gguf(), rt.hparams());
   // The roofline: read bandwidth on a working set the size of what a decode step reads (cache speed
   // for a model that fits in the caches, DRAM speed for one that does not), on the pages the weights
   // are on (huge unless --no-huge-pages). A shared machine's memory speed moves with its neighbours'
@@ -232,6 +237,8 @@ int run(BenchOptions& o) {
       const auto c1 = rt.device_counters();
       for (int op = 0; op < device::Device::Counters::kOps; ++op) stage_ns[op] += c1.stage_ns[op] - c0.stage_ns[op];
       add_kinds(tg_kinds, c0.matmul_kinds, c1.matmul_kinds);
+      tg_expert_bytes += c1.expert_bytes - c0.expert_bytes;
+      tg_expert_slabs += c1.expert_slabs - c0.expert_slabs;
       tg_seconds += took;
       tg_tokens += o.n_gen;
       stages_per_token = static_cast<double>(c1.stages - c0.stages) / static_cast<double>(o.n_gen);
@@ -355,6 +362,9 @@ int run(BenchOptions& o) {
                         {"huge_pages", rt.config().huge_pages},
                         {"huge_page_weight_bytes", rt.stats().huge_page_weight_bytes},
                         {"weight_bytes_per_token", bytes_per_token},
+                        // Mixtures of experts: expert bytes and slabs a decoded token read, measured.
+                        {"expert_bytes_per_token", tg_tokens > 0 ? static_cast<double>(tg_expert_bytes) / static_cast<double>(tg_tokens) : 0.0},
+                        {"expert_slabs_per_token", tg_tokens > 0 ? static_cast<double>(tg_expert_slabs) / static_cast<double>(tg_tokens) : 0.0},
                         {"prefill_chunk", cfg.prefill_chunk},
                         {"variants", rt.variants()},
                         {"kv_type", kv_type_option(cfg.kv_type)},
@@ -452,6 +462,11 @@ int run(BenchOptions& o) {
         fmt::print("  {:>7.3f} ms {:>4.0f}x {:>8.3f} MB {:>6.1f} GB/s  {}\n", r.ms_per_token, r.runs_per_token, r.kind->weight_bytes / 1e6,
                    r.gbps, r.kind->label);
     }
+    if (tg_expert_slabs > 0)
+      fmt::print("experts: a decoded token read {:.1f} expert slabs, {:.1f} MiB (of {} experts, {} used per token and layer)\n",
+                 static_cast<double>(tg_expert_slabs) / static_cast<double>(tg_tokens),
+                 static_cast<double>(tg_expert_bytes) / static_cast<double>(tg_tokens) / 1048576.0, rt.hparams().n_expert,
+                 rt.hparams().n_expert_used);
     const npuw::RuntimeStats& st = rt.stats();
     fmt::print("K/V {:.2f} MiB: {} bytes per position (full-length layers) x {} rows x {} slot(s){}\n", st.kv_bytes / 1048576.0,
                st.kv_row_bytes, rt.capacity(), rt.slots(),

@@ -30,7 +30,7 @@ namespace npullm::compiler {
 // 5: ring windows; 6: fuse_stages; 7: a tied embedding table in Panels16, Embed reading it;
 // 8: per-head norms folded into Rope, residual Adds into RmsNorm; 9: sliced MatMuls split over
 // views of their weight).
-inline constexpr const char* kCompilerVersion = "npullm-compiler-9";
+inline constexpr const char* kCompilerVersion = "npullm-compiler-10";
 
 struct CompileOptions {
   std::string name;                          // blob name (stored in .npu.meta)

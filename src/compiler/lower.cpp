@@ -135,7 +135,10 @@ class Lowering {
           sets_.join(i, res);
           inplace_residual_.push_back(i);
         }
-      } else if ((n.op == Op::SwiGlu || n.op == Op::GeGlu) && free_after(n.inputs.at(0), i, s)) {
+      } else if (n.op == Op::MoeSum && n.inputs.size() > 2 && n.inputs[2] != ir::kNoInput) {
+        const int res = n.inputs[2];  // the residual stream, as MatMul's
+        if (is_compute(g_.node(res).op) && last_reader_stage(res, i) < s) sets_.join(i, res);
+      } else if ((n.op == Op::SwiGlu || n.op == Op::GeGlu || n.op == Op::SwiGluOai) && free_after(n.inputs.at(0), i, s)) {
         sets_.join(i, n.inputs.at(0));
       }
     }
@@ -318,6 +321,7 @@ class Lowering {
           bind_operand(task, t, 0, id); bind_operand(task, t, 1, in(1)); bind_operand(task, t, 2, in(2));
           task.dim[0] = S; task.dim[1] = n.heads; task.dim[2] = ir::num_elements(n.shape) / S / n.heads; task.dim[3] = n.n_rot;
           task.fparam[0] = n.freq_base; task.fparam[1] = n.freq_scale; task.iparam[0] = n.rope_mode;
+          task.fparam[3] = n.yarn_ext; task.iparam[2] = n.yarn_low; task.iparam[3] = n.yarn_high;
           if (n.has_prologue()) {  // a folded per-head norm
             if (n.prologue != Op::RmsNorm || n.type != 0 || n.inputs.size() < 4 ||
                 ir::num_elements(g_.node(n.inputs[3]).shape) != task.dim[2])
@@ -349,6 +353,11 @@ class Lowering {
           for (int k = 0; k < 4; ++k) bind_operand(task, t, k, in(static_cast<size_t>(k)));
           bind_operand(task, t, 4, id);
           bind_operand(task, t, 5, in(4));
+          if (in(5) != ir::kNoInput) {  // attention sinks: a logit per query head
+            if (ir::num_elements(shape_of(5)) != n.heads || g_.node(in(5)).type != static_cast<uint32_t>(GgmlType::F32))
+              fail("compiler: Attention '{}': sinks {} for {} heads", n.name, ir::shape_to_string(shape_of(5)), n.heads);
+            bind_operand(task, t, 6, in(5));
+          }
           const ir::Shape& kshape = shape_of(1);
           task.dim[0] = S; task.dim[1] = n.heads; task.dim[2] = n.kv_heads;
           task.dim[3] = n.shape.at(1).value / n.heads;
@@ -369,6 +378,18 @@ class Lowering {
           check_whole_blocks(n, task.type[2], task.dim[3], "v head");
           break;
         }
+        case Op::MoeRoute:
+        case Op::MoeGather:
+        case Op::MoeMatMul:
+        case Op::MoeSum:
+          emit_moe(n, id, task, t);
+          break;
+        case Op::SwiGluOai:
+          task.op = static_cast<uint32_t>(OpCode::SwiGluOai);
+          bind_operand(task, t, 0, in(0)); bind_operand(task, t, 1, in(1)); bind_operand(task, t, 2, id);
+          task.dim[0] = ir::num_elements(n.shape);
+          task.fparam[0] = n.scale; task.fparam[1] = n.eps;
+          break;
         case Op::GatherRows: {
           task.op = static_cast<uint32_t>(OpCode::GatherRows);
           bind_operand(task, t, 0, in(0)); bind_operand(task, t, 1, in(1)); bind_operand(task, t, 2, id);
@@ -387,6 +408,72 @@ class Lowering {
       img_.tasks.push_back(task);
     }
     for (uint32_t c : per_stage) img_.barriers.push_back(blob::BarrierDesc{c, 0});
+  }
+
+  // The four MoE ops (blob/task.h). Routed values are [S, k, row]: S tokens times k choices; the
+  // routing table is [S, 4k + E + 1] int32, enough for moe_table_ints(S, k, E) whatever S is.
+  void emit_moe(const ir::Node& n, int id, blob::TaskDesc& task, size_t t) {
+    auto in = [&](size_t k) { return k < n.inputs.size() ? n.inputs[k] : ir::kNoInput; };
+    auto dims = [&](int node) { return g_.node(node).shape; };
+    const int64_t S = n.shape.at(0).value;
+    // The routing table this op reads (MoeRoute: the one it writes) and its k and E.
+    const int route = n.op == Op::MoeRoute ? id : n.op == Op::MoeMatMul ? in(2) : in(1);
+    const ir::Node& r = g_.node(route);
+    if (r.op != Op::MoeRoute) fail("compiler: {} '{}' reads a routing table that '{}' did not make", ir::op_name(n.op), n.name, r.name);
+    const int64_t k = r.heads, E = r.kv_heads;
+    if (k < 1 || k > E || r.shape.size() != 2 || r.shape[0].value != S || r.shape[1].value != 4 * k + E + 1 ||
+        r.type != static_cast<uint32_t>(GgmlType::I32))
+      fail("compiler: MoeRoute '{}' of shape {} cannot route {} tokens to {} of {} experts", r.name, ir::shape_to_string(r.shape), S, k, E);
+    auto routed = [&](int node, const char* what) -> int64_t {  // [S, k, row]: the row length
+      const ir::Shape& sh = dims(node);
+      if (sh.size() != 3 || sh[0].value != S || sh[1].value != k)
+        fail("compiler: {} '{}': {} '{}' is {}, not [{}, {}, ...]", ir::op_name(n.op), n.name, what, g_.node(node).name,
+             ir::shape_to_string(sh), S, k);
+      return sh[2].value;
+    };
+    switch (n.op) {
+      case Op::MoeRoute:
+        task.op = static_cast<uint32_t>(OpCode::MoeRoute);
+        bind_operand(task, t, 0, in(0)); bind_operand(task, t, 1, id);
+        if (ir::num_elements(dims(in(0))) != S * E)
+          fail("compiler: MoeRoute '{}': router logits {} for {} tokens and {} experts", n.name, ir::shape_to_string(dims(in(0))), S, E);
+        task.dim[0] = S; task.dim[1] = E; task.dim[2] = k; task.iparam[0] = n.rope_mode;
+        break;
+      case Op::MoeGather: {
+        task.op = static_cast<uint32_t>(OpCode::MoeGather);
+        bind_operand(task, t, 0, in(0)); bind_operand(task, t, 1, in(1)); bind_operand(task, t, 2, id);
+        const int64_t K = routed(id, "its output");
+        if (ir::num_elements(dims(in(0))) != S * K) fail("compiler: MoeGather '{}': rows of {} from {}", n.name, K, ir::shape_to_string(dims(in(0))));
+        task.dim[0] = S; task.dim[1] = K; task.dim[2] = k; task.dim[3] = E;
+        break;
+      }
+      case Op::MoeMatMul: {
+        task.op = static_cast<uint32_t>(OpCode::MoeMatMul);
+        bind_operand(task, t, 0, in(0)); bind_operand(task, t, 1, in(1)); bind_operand(task, t, 2, id);
+        bind_operand(task, t, 3, in(2)); bind_operand(task, t, 4, in(3));
+        const int64_t K = routed(in(0), "its input"), N = routed(id, "its output");
+        const ir::Node& w = g_.node(in(1));
+        if (w.op != Op::Weight || w.weight_dims != std::vector<int64_t>{K, N, E})
+          fail("compiler: MoeMatMul '{}' needs a weight of GGUF dims [{},{},{}], not '{}'", n.name, K, N, E, w.name);
+        check_whole_blocks(n, w.type, K, "expert weight");
+        if (in(3) != ir::kNoInput && ir::num_elements(dims(in(3))) != E * N)
+          fail("compiler: MoeMatMul '{}': a bias of {} for {} experts of {} rows", n.name, ir::shape_to_string(dims(in(3))), E, N);
+        task.dim[0] = S; task.dim[1] = K; task.dim[2] = N; task.dim[3] = k; task.dim[4] = E;
+        task.iparam[0] = static_cast<int32_t>(layout_of(in(1)));
+        break;
+      }
+      case Op::MoeSum: {
+        task.op = static_cast<uint32_t>(OpCode::MoeSum);
+        bind_operand(task, t, 0, in(0)); bind_operand(task, t, 1, in(1)); bind_operand(task, t, 2, id);
+        bind_operand(task, t, 3, in(2));
+        const int64_t D = routed(in(0), "its input");
+        if (ir::num_elements(n.shape) != S * D || (in(2) != ir::kNoInput && ir::num_elements(dims(in(2))) != S * D))
+          fail("compiler: MoeSum '{}': rows of {} into {}", n.name, D, ir::shape_to_string(n.shape));
+        task.dim[0] = S; task.dim[1] = D; task.dim[2] = k; task.dim[3] = E;
+        break;
+      }
+      default: break;
+    }
   }
 
   // A MatMul's folded RmsNorm (slot 5: the weight) or gate function (slot 5: the up rows).
@@ -419,6 +506,7 @@ class Lowering {
     task.dim[3] = n.heads; task.dim[4] = R / n.heads; task.dim[5] = n.n_rot;
     task.fparam[0] = n.freq_base; task.fparam[1] = n.freq_scale;
     task.iparam[0] = n.rope_mode; task.iparam[1] = static_cast<int32_t>(blob::Prologue::Rope);
+    task.fparam[3] = n.yarn_ext; task.iparam[2] = n.yarn_low; task.iparam[3] = n.yarn_high;
     if (n.inputs.size() > 5 && n.inputs[5] != ir::kNoInput) {  // the Rope's folded per-head norm
       if (ir::num_elements(g_.node(n.inputs[5]).shape) != R / n.heads)
         fail("compiler: ScatterRows '{}': a head norm weight of {} for heads of {}", n.name,
@@ -451,12 +539,17 @@ class Lowering {
       const ir::Node& view = g_.node(v);
       if (view.op != Op::Weight || view.name != n.name) continue;
       const int64_t first = view.offset, end = view.offset + view.shape.at(0).value;
-      if (first % 16 != 0 || (end % 16 != 0 && end != rows)) return WeightLayout::Rows;
+      if (n.weight_dims.size() < 3 && (first % 16 != 0 || (end % 16 != 0 && end != rows))) return WeightLayout::Rows;
       for (int i = 0; i < g_.size(); ++i) {
         const ir::Node& u = g_.node(i);
         for (size_t k = 0; k < u.inputs.size(); ++k) {
           if (u.inputs[k] != v) continue;
           if (u.op == Op::Embed && k == 0) continue;
+          // An expert tensor: each slab must be whole panels of its own rows.
+          if (u.op == Op::MoeMatMul && k == 1 && n.weight_dims.size() == 3 && n.weight_dims[1] % 16 == 0) {
+            read = true;
+            continue;
+          }
           if (u.op != Op::MatMul || k != 1) return WeightLayout::Rows;
           read = true;
         }

@@ -202,6 +202,9 @@ ir::Graph fuse_stages(const ir::Graph& g) {
       n.freq_base = rope.freq_base;
       n.freq_scale = rope.freq_scale;
       n.rope_mode = rope.rope_mode;
+      n.yarn_ext = rope.yarn_ext;
+      n.yarn_low = rope.yarn_low;
+      n.yarn_high = rope.yarn_high;
       const int rows = rope.inputs.at(0), positions = rope.inputs.at(1);
       n.inputs[2] = rows;
       set_input(n, 3, positions);

@@ -46,8 +46,11 @@ class Device {
     int64_t solo_periods = 0;
     // Wall time of the stages, by the op code of each stage's first task (blob::OpCode; a fused
     // stage counts as its MatMul or ScatterRows): where a token's time goes.
-    static constexpr int kOps = 16;
+    static constexpr int kOps = 24;
     int64_t stage_ns[kOps] = {};
+    // Mixture-of-experts matmuls: expert slabs read (an expert with rows counts once per task) and
+    // their bytes. A decode step of one token reads k slabs per expert matrix, never all E.
+    int64_t expert_slabs = 0, expert_bytes = 0;
     // The MatMul stages by what they read: the weight type and K x N of each task, e.g. "Q5_0
     // 896x896 + Q5_0 896x128 + Q8_0 896x128", with the rows of x (1 in a decode step) and the
     // weight bytes one run reads. Their time over their bytes is the read rate stage by stage,

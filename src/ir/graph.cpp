@@ -26,6 +26,11 @@ const char* op_name(Op op) {
     case Op::Scale: return "Scale";
     case Op::SoftCap: return "SoftCap";
     case Op::GeGlu: return "GeGlu";
+    case Op::MoeRoute: return "MoeRoute";
+    case Op::MoeGather: return "MoeGather";
+    case Op::MoeMatMul: return "MoeMatMul";
+    case Op::MoeSum: return "MoeSum";
+    case Op::SwiGluOai: return "SwiGluOai";
   }
   return "?";
 }

@@ -25,15 +25,25 @@ enum class Op {
   Add,          // (a, b)
   Rope,         // (x, positions, factors?, norm weight?) ; n_rot, freq_base, freq_scale, rope_mode, heads
   ScatterRows,  // (target, rows, src) -> target with target[rows[s]] = src[s]; updates target in place
-  Attention,    // (q, k, v, mask, window?) ; scale, heads, kv_heads. Query s attends the mask's width of
+  Attention,    // (q, k, v, mask, window?, sinks?) ; scale, heads, kv_heads. Query s attends the mask's width of
                 //   k/v rows from window[s] on (from row 0 without a window); a window [seq, 2] also gives
-                //   the row of that ring its keys are visited from
+                //   the row of that ring its keys are visited from. sinks [heads]: a logit per head added
+                //   to each softmax's denominator (gpt-oss)
   SwiGlu,       // (gate, up)
   GatherRows,   // (x, idx) -> out with out[i] = x[idx[i]] (rows along dim 0; out has idx's length)
   SliceCols,    // (x) -> out[s, :] = x[s, offset : offset + width] (width = out's row length)
   Scale,        // (x) -> x * scale
   SoftCap,      // (x) -> scale * tanh(x / scale)
   GeGlu,        // (gate, up) -> gelu_tanh(gate) * up
+  // Mixture of experts, the static way (DESIGN.md "Experts"): the router's logits pick k of E
+  // experts per token inside the blob; every shape stays fixed (T = seq * k routed rows).
+  MoeRoute,     // (router logits [seq, E]) -> routing table (I32 [4T + E + 1], blob/task.h); heads = k,
+                //   kv_heads = E, rope_mode = gating (0 softmax-all then top-k renormalised, 1 top-k then softmax)
+  MoeGather,    // (x [seq, K], route) -> [T, K]: each routed row's token row, grouped by expert
+  MoeMatMul,    // (x [T, K], W [E, N, K], route, bias [E, N]?) -> [T, N]: each row times its expert's slab
+  MoeSum,       // (y [T, D], route, residual?) -> [seq, D]: sum_j w_j y_j in selection order (+ residual)
+  SwiGluOai,    // (gate, up) -> gpt-oss's clamped swiglu: g = min(g, L); u = clamp(u, -L, L); g sigmoid(a g) (u + 1)
+                //   (scale = a = 1.702, eps = L = 7)
 };
 
 const char* op_name(Op op);
@@ -69,6 +79,10 @@ struct Node {
   // RmsNorm: > 0 normalises each of the `heads` equal parts of a row on its own (per-head norms),
   // with one weight of the part's length shared by all of them.
   int rope_mode = 0;
+  // Rope: YaRN (model::HParams): on when yarn_ext != 0, blending each pair's frequency between
+  // pairs yarn_low and yarn_high.
+  float yarn_ext = 0.0f;
+  int32_t yarn_low = 0, yarn_high = 0;
   // An op that compiler::fuse_stages folded into this one and that is applied to input 0 as it is
   // read (Parameter: none). MatMul: RmsNorm (eps; the norm weight is input 4), SwiGlu or GeGlu
   // (input 0 is the gate, input 4 the up rows). ScatterRows: Rope of each source row before it is

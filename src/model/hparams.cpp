@@ -17,6 +17,43 @@ int64_t require_positive(const GgufFile& f, const std::string& key) {
   return *v;
 }
 
+// The experts of an MoE file, and a refusal by name of every routing variant npullm does not run
+// (it would compute something else): shared experts, expert groups, other gating functions.
+void read_moe(const GgufFile& f, const std::string& p, HParams& h) {
+  h.n_expert = require_positive(f, p + "expert_count");
+  h.n_expert_used = require_positive(f, p + "expert_used_count");
+  if (h.n_expert_used > h.n_expert)
+    fail("{}: expert_used_count {} is more than expert_count {}", f.path(), h.n_expert_used, h.n_expert);
+  h.n_ff_exp = require_positive(f, p + "expert_feed_forward_length");
+  if (f.get_int(p + "expert_shared_count").value_or(0) > 0)
+    fail("{}: shared experts ({}expert_shared_count = {}) are not supported", f.path(), p, *f.get_int(p + "expert_shared_count"));
+  if (f.get_int(p + "expert_group_count").value_or(0) > 1)
+    fail("{}: expert groups ({}expert_group_count = {}) are not supported", f.path(), p, *f.get_int(p + "expert_group_count"));
+  // llama.cpp's gating enum: 1 softmax, 2 sigmoid, 3 softmax over the chosen weights.
+  if (auto g = f.get_int(p + "expert_gating_func"); g && *g != 1)
+    fail("{}: expert gating function {} ({}expert_gating_func) is not supported for {} (only softmax, 1)", f.path(),
+         *g == 2 ? "sigmoid" : std::to_string(*g), p, h.arch);
+  h.moe_gating = 0;
+}
+
+// YaRN's correction range (ggml_rope_yarn_corr_dims): the pair index whose wavelength fits
+// `rotations` times into the original context, rounded outwards as llama.cpp does.
+void read_yarn(const GgufFile& f, const std::string& p, HParams& h) {
+  const double factor = f.get_float(p + "rope.scaling.factor").value_or(0.0);
+  if (!(factor >= 1.0)) fail("{}: YaRN needs {}rope.scaling.factor >= 1, got {}", f.path(), p, factor);
+  const int64_t orig = require_positive(f, p + "rope.scaling.original_context_length");
+  const double n = static_cast<double>(h.n_rot), base = h.rope_freq_base;
+  auto corr_dim = [&](double rotations) {
+    return n * std::log(static_cast<double>(orig) / (rotations * 2.0 * 3.14159265358979323846)) / (2.0 * std::log(base));
+  };
+  h.yarn_low = static_cast<int32_t>(std::max(0.0, std::floor(corr_dim(32.0))));
+  h.yarn_high = static_cast<int32_t>(std::min(n - 1.0, std::ceil(corr_dim(1.0))));
+  h.yarn_ext = 1.0f;
+  h.rope_freq_scale = static_cast<float>(1.0 / factor);
+  const float m = 1.0f + 0.1f * std::log(static_cast<float>(factor));
+  h.attn_scale *= m * m;
+}
+
 }  // namespace
 
 HParams HParams::from_gguf(const GgufFile& f) {
@@ -24,8 +61,10 @@ HParams HParams::from_gguf(const GgufFile& f) {
   std::optional<std::string> arch = f.get_string("general.architecture");
   if (!arch) fail("{}: missing key 'general.architecture'", f.path());
   h.arch = *arch;
-  if (h.arch != "llama" && h.arch != "qwen2" && h.arch != "qwen3" && h.arch != "phi3" && h.arch != "gemma3")
-    fail("{}: architecture '{}' is not supported (supported: llama, qwen2, qwen3, phi3, gemma3)", f.path(), h.arch);
+  if (h.arch != "llama" && h.arch != "qwen2" && h.arch != "qwen3" && h.arch != "qwen3moe" && h.arch != "gpt-oss" &&
+      h.arch != "phi3" && h.arch != "gemma3")
+    fail("{}: architecture '{}' is not supported (supported: llama, qwen2, qwen3, qwen3moe, gpt-oss, phi3, gemma3)",
+         f.path(), h.arch);
   // Llama rotates adjacent pairs; the others rotate split halves (NeoX), as llama.cpp does for them.
   h.rope_mode = h.arch == "llama" ? 0 : 2;
   h.name = f.get_string("general.name").value_or(h.arch);
@@ -34,7 +73,18 @@ HParams HParams::from_gguf(const GgufFile& f) {
   h.n_embd = require_positive(f, p + "embedding_length");
   h.n_head = require_positive(f, p + "attention.head_count");
   h.n_head_kv = f.find(p + "attention.head_count_kv") ? require_positive(f, p + "attention.head_count_kv") : h.n_head;
-  h.n_ff = require_positive(f, p + "feed_forward_length");
+  // (An MoE file writes feed_forward_length too, for a dense layer it does not have.)
+  const bool moe = h.arch == "qwen3moe" || h.arch == "gpt-oss";
+  h.n_ff = f.find(p + "feed_forward_length") || !moe ? require_positive(f, p + "feed_forward_length") : 0;
+  if (moe) read_moe(f, p, h);
+  if (h.arch == "gpt-oss") {
+    // Sliding-window attention on the even layers (llama.cpp: period 2 unless the file says
+    // otherwise), with the global layers' RoPE; attention sinks; top-k, then softmax of the k.
+    h.n_swa = require_positive(f, p + "attention.sliding_window");
+    h.swa_pattern = f.find(p + "attention.sliding_window_pattern") ? require_positive(f, p + "attention.sliding_window_pattern") : 2;
+    h.attn_sinks = true;
+    h.moe_gating = 1;
+  }
   h.n_ctx_train = require_positive(f, p + "context_length");
   if (h.n_head % h.n_head_kv) fail("{}: head_count {} is not a multiple of head_count_kv {}", f.path(), h.n_head, h.n_head_kv);
   // The head size: key_length where the file gives it (Qwen3, Gemma 3: not n_embd / n_head).
@@ -49,7 +99,7 @@ HParams HParams::from_gguf(const GgufFile& f) {
   }
   h.n_rot = f.find(p + "rope.dimension_count") ? require_positive(f, p + "rope.dimension_count") : h.head_dim;
   if (h.n_rot > h.head_dim || h.n_rot % 2) fail("{}: rope.dimension_count {} does not fit head size {}", f.path(), h.n_rot, h.head_dim);
-  if (h.arch == "qwen3" && h.n_rot != h.head_dim)
+  if ((h.arch == "qwen3" || h.arch == "qwen3moe") && h.n_rot != h.head_dim)
     fail("{}: qwen3 rotates whole heads, but rope.dimension_count {} differs from the head size {}", f.path(), h.n_rot, h.head_dim);
   h.attn_scale = 1.0f / std::sqrt(static_cast<float>(h.head_dim));
   if (h.arch == "gemma3") {
@@ -66,6 +116,7 @@ HParams HParams::from_gguf(const GgufFile& f) {
     if (h.n_layer == 62) h.attn_scale = 1.0f / std::sqrt(static_cast<float>(h.n_embd / h.n_head));  // Gemma 3 27B
   }
   if (auto v = f.get_float(p + "rope.freq_base")) h.rope_freq_base = static_cast<float>(*v);
+  if (h.arch == "gpt-oss") h.rope_freq_base_swa = h.rope_freq_base;  // one base for both kinds of layer
   if (auto v = f.get_float(p + "attention.layer_norm_rms_epsilon")) h.rms_eps = static_cast<float>(*v);
   if (h.rope_freq_base <= 0) fail("{}: rope.freq_base must be positive", f.path());
   // Rope scaling: linear divides positions by the factor; Llama 3.1's per-frequency factors come as
@@ -75,8 +126,10 @@ HParams HParams::from_gguf(const GgufFile& f) {
     const double factor = f.get_float(p + "rope.scaling.factor").value_or(1.0);
     if (factor <= 0) fail("{}: rope.scaling.factor must be positive", f.path());
     h.rope_freq_scale = static_cast<float>(1.0 / factor);
+  } else if (scaling == "yarn") {
+    read_yarn(f, p, h);
   } else if (scaling != "none" && scaling != "llama3") {
-    fail("{}: rope scaling type '{}' is not supported (supported: none, linear, llama3 via rope_freqs)", f.path(), scaling);
+    fail("{}: rope scaling type '{}' is not supported (supported: none, linear, yarn, llama3 via rope_freqs)", f.path(), scaling);
   }
 
   const GgufTensorInfo& embd = f.tensor("token_embd.weight");

@@ -10,7 +10,7 @@ class GgufFile;
 namespace npullm::model {
 
 struct HParams {
-  std::string arch;          // general.architecture: llama, qwen2, qwen3, phi3 or gemma3
+  std::string arch;          // general.architecture: llama, qwen2, qwen3, qwen3moe, gpt-oss, phi3 or gemma3
   std::string name;          // general.name, for display
   int64_t n_layer = 0;       // <arch>.block_count
   int64_t n_embd = 0;        // <arch>.embedding_length
@@ -33,6 +33,24 @@ struct HParams {
   float rope_freq_base_swa = 10000.0f;
   float embd_scale = 1.0f;       // token embeddings are multiplied by this (gemma3: sqrt(n_embd))
   float final_softcap = 0.0f;    // logits = c tanh(logits / c) when > 0
+  // Mixture of experts (qwen3moe): every layer's FFN is n_expert experts of width n_ff_exp, of
+  // which each token uses n_expert_used, chosen by the router ffn_gate_inp.
+  int64_t n_expert = 0;          // <arch>.expert_count; 0: dense FFNs
+  int64_t n_expert_used = 0;     // <arch>.expert_used_count
+  int64_t n_ff_exp = 0;          // <arch>.expert_feed_forward_length
+  int moe_gating = 0;            // cpu::MoeGating: 0 softmax over all, top-k, renormalised (qwen3moe);
+                                 //   1 top-k of the biased logits, softmax over those k (gpt-oss)
+  // gpt-oss: a learned per-head logit in every softmax's denominator (attn_sinks), and YaRN RoPE.
+  bool attn_sinks = false;
+  // YaRN (rope.scaling.type yarn): frequencies between the original context's "fast" and "slow"
+  // dimensions are blended from extrapolated to interpolated ones: pair i keeps its own frequency
+  // below yarn_low and is divided by the factor above yarn_high (llama.cpp rounds both outwards, beta
+  // fast 32 and slow 1); q.k is scaled by m^2, m = 1 + 0.1 ln(factor), as ggml's rope scales
+  // both cos and sin by m.
+  float yarn_ext = 0.0f;         // 1: YaRN on (then rope_freq_scale = 1 / factor); 0: off
+  int32_t yarn_low = 0, yarn_high = 0;
+
+  bool is_moe() const { return n_expert > 0; }
 
   int64_t q_dim() const { return n_head * head_dim; }
   int64_t kv_dim() const { return n_head_kv * head_dim; }

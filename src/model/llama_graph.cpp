@@ -96,6 +96,9 @@ class Builder {
     n.freq_base = base;
     n.freq_scale = hp_.rope_freq_scale;
     n.rope_mode = hp_.rope_mode;
+    n.yarn_ext = hp_.yarn_ext;
+    n.yarn_low = hp_.yarn_low;
+    n.yarn_high = hp_.yarn_high;
     return id;
   }
 
@@ -109,6 +112,39 @@ class Builder {
     g_.node(present).type = kv_type_;
     g_.add(ir::Node{.op = ir::Op::Assign, .name = var + ".assign", .inputs = {present}, .variable = var});
     return present;
+  }
+
+  // A mixture-of-experts FFN (DESIGN.md "Experts"): the router's logits pick k experts per token
+  // inside the blob; the token rows are grouped by expert, each expert's gate, up and down slabs
+  // multiply its rows, and the k outputs are summed with their weights onto the residual stream.
+  // Shapes are static: seq tokens always make seq * k routed rows.
+  int moe_ffn(const std::string& b, int h, int residual) {
+    const int64_t D = hp_.n_embd, E = hp_.n_expert, k = hp_.n_expert_used, F = hp_.n_ff_exp;
+    const int logits = matmul(b + "ffn_router", h, weight(b + "ffn_gate_inp.weight", {D, E}), E, ir::kNoInput,
+                              optional_weight(b + "ffn_gate_inp.bias", {E}));
+    const int route = op(ir::Op::MoeRoute, b + "ffn_route", {logits}, {"seq", 4 * k + E + 1});
+    ir::Node& r = g_.node(route);
+    r.type = kI32;
+    r.heads = k;
+    r.kv_heads = E;
+    r.rope_mode = hp_.moe_gating;
+    const int rows = op(ir::Op::MoeGather, b + "ffn_moe_rows", {h, route}, {"seq", k, D});
+    auto experts = [&](const std::string& name, int x, int64_t in, int64_t out) {
+      return op(ir::Op::MoeMatMul, b + name, {x, weight(b + name + ".weight", {in, out, E}), route,
+                                              optional_weight(b + name + ".bias", {out, E})}, {"seq", k, out});
+    };
+    const int gate = experts("ffn_gate_exps", rows, D, F);
+    const int up = experts("ffn_up_exps", rows, D, F);
+    int act;
+    if (hp_.arch == "gpt-oss") {  // swiglu_oai: alpha 1.702 and limit 7 are llama.cpp's constants
+      act = op(ir::Op::SwiGluOai, b + "ffn_moe_act", {gate, up}, {"seq", k, F});
+      g_.node(act).scale = 1.702f;
+      g_.node(act).eps = 7.0f;
+    } else {
+      act = op(ir::Op::SwiGlu, b + "ffn_moe_act", {gate, up}, {"seq", k, F});
+    }
+    const int down = experts("ffn_down_exps", act, F, D);
+    return op(ir::Op::MoeSum, b + "ffn_moe_out", {down, route, residual}, {"seq", D});
   }
 
   // Turns the keys of every layer's state by the angle of `positions[row]` (a position delta per
@@ -136,7 +172,7 @@ class Builder {
   ir::Graph build(const GraphOptions& opt) {
     const int64_t D = hp_.n_embd, H = hp_.n_head, Hkv = hp_.n_head_kv, QD = hp_.q_dim(), KD = hp_.kv_dim();
     const bool gemma = hp_.arch == "gemma3";
-    const bool qk_norm = gemma || hp_.arch == "qwen3";  // per-head Q/K RMSNorm before RoPE
+    const bool qk_norm = gemma || hp_.arch == "qwen3" || hp_.arch == "qwen3moe";  // per-head Q/K RMSNorm before RoPE
     const int ids = param("input_ids", {"seq"}, kI32);
     const int positions = param("positions", {"seq"}, kI32);
     const int rows = param("cache_rows", {"seq"}, kI32);
@@ -184,7 +220,10 @@ class Builder {
       const char* state_rows = local && ring ? "ring_rows" : "rows";
       int kc = update_state(b + "key", local ? rows_swa : rows, k, state_rows);
       int vc = update_state(b + "value", local ? rows_swa : rows, v, state_rows);
-      int att = op(ir::Op::Attention, b + "attention", {q, kc, vc, local ? mask_swa : mask, local ? window_swa : kv_base}, {"seq", QD});
+      // gpt-oss: one learned logit per head joins each softmax's denominator (a key with no value).
+      const int sinks = hp_.attn_sinks ? weight(b + "attn_sinks.weight", {H}) : ir::kNoInput;
+      int att = op(ir::Op::Attention, b + "attention", {q, kc, vc, local ? mask_swa : mask, local ? window_swa : kv_base, sinks},
+                   {"seq", QD});
       g_.node(att).scale = hp_.attn_scale;
       g_.node(att).heads = H;
       g_.node(att).kv_heads = Hkv;
@@ -195,10 +234,16 @@ class Builder {
         a = rmsnorm(b + "post_attention_norm", a, weight(b + "post_attention_norm.weight", {D}));
         x = op(ir::Op::Add, b + "attn_residual", {x, a}, {"seq", D});
       } else {
-        x = matmul(b + "attn_out", att, wo, D, x);
+        x = matmul(b + "attn_out", att, wo, D, x, optional_weight(b + "attn_output.bias", {D}));
       }
 
-      h = rmsnorm(b + "ffn_norm", x, weight(b + "ffn_norm.weight", {D}));
+      // (gpt-oss names its FFN's pre-norm post_attention_norm.)
+      const std::string ffn_norm = hp_.arch == "gpt-oss" ? "post_attention_norm" : "ffn_norm";
+      h = rmsnorm(b + ffn_norm, x, weight(b + ffn_norm + ".weight", {D}));
+      if (hp_.is_moe()) {
+        x = moe_ffn(b, h, x);
+        continue;
+      }
       int gate, up;
       if (!f_.find_tensor(b + "ffn_gate.weight") && hp_.arch == "phi3") {
         // Phi-3: gate and up stacked in one matrix, the gate first.

@@ -60,6 +60,13 @@ SynthShape with_swa(SynthShape s, int64_t n_swa, int64_t pattern, float rope_bas
   return s;
 }
 
+SynthShape with_experts(SynthShape s, int64_t n_expert, int64_t n_used, int64_t n_ff_exp) {
+  s.n_expert = n_expert;
+  s.n_expert_used = n_used;
+  s.n_ff_exp = n_ff_exp;
+  return s;
+}
+
 SynthShape with_vocab(SynthShape s, const char* vocab) {
   s.vocab = vocab;
   return s;
@@ -113,6 +120,18 @@ const std::vector<Preset>& presets() {
       {"tiny-phi3", with_heads(make_shape("phi3", "synth-tiny-phi3", 256, 4, 8, 2, 768, 4096, 4096, 10000.0f, 1e-5f,
                                           true),
                                0, 24)},
+      // Qwen3-30B-A3B's shape (and Qwen3-Coder-30B-A3B's): 48 layers of 128 experts of width 768,
+      // 8 used per token (3.3 B of 30.5 B parameters active), head size 128, with a generated
+      // byte-level BPE vocabulary of the real size. Q4_K_M: about 17 GiB.
+      {"qwen3-30b-a3b", with_experts(with_heads(make_shape("qwen3moe", "synth-qwen3-30b-a3b", 2048, 48, 32, 4, 6144,
+                                                           151936, 40960, 1000000.0f, 1e-6f, false),
+                                                128, 0),
+                                     128, 8, 768)},
+      // ../shared/golden/moe's qwen3moe shape (README there, §8) with a 4096-token vocabulary.
+      {"tiny-qwen3moe", with_experts(with_heads(make_shape("qwen3moe", "synth-tiny-qwen3moe", 256, 2, 8, 2, 768, 4096,
+                                                           40960, 1000000.0f, 1e-6f, true),
+                                                64, 0),
+                                     8, 2, 256)},
   };
   return p;
 }
@@ -141,7 +160,7 @@ const std::vector<SynthFileType>& file_types() {
 // takes attn_v's rules and counter; phi3's fused ffn_up is an ffn_up; q/k and post norms are
 // norms (never quantised).
 
-enum class Role { TokenEmbd, Output, Norm, Bias, AttnQ, AttnK, AttnV, AttnQkv, AttnOutput, FfnGate, FfnUp, FfnDown };
+enum class Role { TokenEmbd, Output, Norm, Bias, AttnQ, AttnK, AttnV, AttnQkv, AttnOutput, FfnGate, FfnUp, FfnDown, Router };
 
 // The layers that get more bits in the *_M mixtures: the first and last eighth, and every third
 // layer in between.
@@ -160,10 +179,16 @@ GgmlType mixture_type(const SynthShape& s, const SynthFileType& ft, Role role, i
     if (s.n_embd % 256 != 0) return GgmlType::Q8_0;
     return t == GgmlType::Q8_0 ? t : GgmlType::Q6_K;
   }
+  // Mixtures of exactly 8 experts (Mixtral's count) get 8-bit K and V and 5-bit attention output.
+  const bool eight = s.n_expert == 8;
   switch (role) {
+    case Role::AttnK:
+      if (eight) t = GgmlType::Q8_0;
+      break;
     case Role::AttnV:
     case Role::AttnQkv:  // one attn_v-like tensor per layer either way: the counter is the layer
-      if (f == "Q2_K") t = n_gqa >= 4 ? GgmlType::Q4_K : GgmlType::Q3_K;
+      if (eight) t = GgmlType::Q8_0;
+      else if (f == "Q2_K") t = n_gqa >= 4 ? GgmlType::Q4_K : GgmlType::Q3_K;
       else if (f == "Q3_K_M") t = layer < 2 ? GgmlType::Q5_K : GgmlType::Q4_K;
       else if (f == "Q3_K_L") t = GgmlType::Q5_K;
       else if (iq4 && n_gqa >= 4) t = GgmlType::Q5_K;
@@ -180,7 +205,10 @@ GgmlType mixture_type(const SynthShape& s, const SynthFileType& ft, Role role, i
       else if (f == "Q4_K_S" && layer < s.n_layer / 8) t = GgmlType::Q5_K;
       break;
     case Role::AttnOutput:
-      if (f == "Q2_K") t = GgmlType::Q3_K;
+      if (eight) {
+        if (f == "Q2_K" || f == "Q3_K_S" || f == "Q3_K_M" || f == "IQ4_NL" || f == "Q4_K_S" || f == "Q4_K_M" || f == "IQ4_XS")
+          t = GgmlType::Q5_K;
+      } else if (f == "Q2_K") t = GgmlType::Q3_K;
       else if (f == "Q3_K_M") t = GgmlType::Q4_K;
       else if (f == "Q3_K_L") t = GgmlType::Q5_K;
       break;
@@ -212,7 +240,7 @@ GgmlType fallback_type(const std::string& tensor, GgmlType t, int64_t ne0) {
 
 GgmlType tensor_type(const SynthShape& s, const SynthFileType& ft, const std::string& name, Role role,
                      int64_t layer, int64_t ne0) {
-  if (role == Role::Norm || role == Role::Bias) return GgmlType::F32;  // 1-D: never quantised
+  if (role == Role::Norm || role == Role::Bias || role == Role::Router) return GgmlType::F32;  // never quantised
   const GgmlTypeTraits& base = ggml_type_traits(ft.base);
   if (base.block_size == 1) return ft.base;  // F32/F16/BF16 files: no mixture
   return fallback_type(name, mixture_type(s, ft, role, layer), ne0);
@@ -226,8 +254,14 @@ int64_t layer_of(const std::string& name) {
 }
 
 void check_shape(const SynthShape& s) {
-  if (s.arch != "llama" && s.arch != "qwen2" && s.arch != "qwen3" && s.arch != "gemma3" && s.arch != "phi3")
-    fail("synth: architecture '{}' (expected llama, qwen2, qwen3, gemma3 or phi3)", s.arch);
+  if (s.arch != "llama" && s.arch != "qwen2" && s.arch != "qwen3" && s.arch != "qwen3moe" && s.arch != "gemma3" &&
+      s.arch != "phi3")
+    fail("synth: architecture '{}' (expected llama, qwen2, qwen3, qwen3moe, gemma3 or phi3)", s.arch);
+  if (s.moe() && (s.n_expert < 1 || s.n_expert > 1024 || s.n_expert_used < 1 || s.n_expert_used > s.n_expert ||
+                  s.n_ff_exp < 1 || s.n_ff_exp > (int64_t{1} << 20)))
+    fail("synth: {} needs 1 <= experts used ({}) <= experts ({}) <= 1024 and an expert width ({}) >= 1", s.arch,
+         s.n_expert_used, s.n_expert, s.n_ff_exp);
+  if (!s.moe() && (s.n_expert || s.n_expert_used || s.n_ff_exp)) fail("synth: experts are for qwen3moe");
   const std::pair<const char*, int64_t> dims[] = {{"n-embd", s.n_embd}, {"n-layer", s.n_layer},
                                                   {"n-head", s.n_head}, {"n-head-kv", s.n_head_kv},
                                                   {"n-ff", s.n_ff},     {"n-vocab", s.n_vocab},
@@ -589,6 +623,14 @@ std::vector<SynthTensor> synth_plan(const SynthShape& s, const SynthFileType& ft
     }
     add(p + "attn_output.weight", {QD, s.n_embd}, Role::AttnOutput, l, 0.0, 6.0 / std::sqrt(static_cast<double>(QD)));
     add(p + "ffn_norm.weight", {s.n_embd}, Role::Norm, l, 1.0, 0.2);
+    if (s.moe()) {  // the router 2/√n_embd (golden/moe README §8), experts as dense FFNs of n_ff_exp
+      const int64_t E = s.n_expert, F = s.n_ff_exp;
+      add(p + "ffn_gate_inp.weight", {s.n_embd, E}, Role::Router, l, 0.0, 2.0 / std::sqrt(D));
+      add(p + "ffn_gate_exps.weight", {s.n_embd, F, E}, Role::FfnGate, l, 0.0, v_std);
+      add(p + "ffn_up_exps.weight", {s.n_embd, F, E}, Role::FfnUp, l, 0.0, v_std);
+      add(p + "ffn_down_exps.weight", {F, s.n_embd, E}, Role::FfnDown, l, 0.0, 6.0 / std::sqrt(static_cast<double>(F)));
+      continue;
+    }
     if (s.arch == "phi3") {  // gate and up stacked (gate first)
       add(p + "ffn_up.weight", {s.n_embd, 2 * s.n_ff}, Role::FfnUp, l, 0.0, v_std);
     } else {
@@ -671,6 +713,11 @@ SynthReport synth_write(const SynthOptions& o, const std::string& path) {
     w.add_f32(a + ".rope.freq_base_swa", s.rope_base_swa);
   }
   if (s.final_softcap > 0.0f) w.add_f32(a + ".final_logit_softcapping", s.final_softcap);
+  if (s.moe()) {
+    w.add_u32(a + ".expert_count", static_cast<uint32_t>(s.n_expert));
+    w.add_u32(a + ".expert_used_count", static_cast<uint32_t>(s.n_expert_used));
+    w.add_u32(a + ".expert_feed_forward_length", static_cast<uint32_t>(s.n_ff_exp));
+  }
   if (vocab_file) {
     for (const auto& [key, value] : vocab_file->metadata())
       if (key.rfind("tokenizer.", 0) == 0) w.add(key, value);

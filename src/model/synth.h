@@ -45,8 +45,11 @@ namespace npullm::model {
 //           period global); GELU FFN and √n_embd embedding scale are implied by the arch.
 //   phi3    fused attn_qkv (Q, K, V stacked) and fused ffn_up (gate, up stacked), no ffn_gate;
 //           partial rotary through n_rot. No LongRoPE factor tensors (npullm refuses them).
+//   qwen3moe qwen3's attention; every FFN is n_expert experts of width n_ff_exp (3-D
+//           ffn_{gate,up,down}_exps, one slab per expert) and a router ffn_gate_inp (F32, as
+//           llama-quantize leaves it), n_expert_used of them per token. n_ff is written, unused.
 struct SynthShape {
-  std::string arch = "llama";  // llama, qwen2, qwen3, gemma3 or phi3 (see above)
+  std::string arch = "llama";  // llama, qwen2, qwen3, qwen3moe, gemma3 or phi3 (see above)
   std::string name = "synth";  // general.name
   int64_t n_embd = 256;
   int64_t n_layer = 4;
@@ -66,20 +69,28 @@ struct SynthShape {
   float rope_base_swa = 10000.0f;  // rope.freq_base_swa: the local layers' RoPE base
   float final_softcap = 0.0f;  // final_logit_softcapping (0: none, as in real Gemma 3)
   std::string vocab;           // generated tokenizer: "spm" or "bpe" (empty: bpe for qwen2/qwen3, else spm)
+  // qwen3moe only.
+  int64_t n_expert = 0;        // expert_count
+  int64_t n_expert_used = 0;   // expert_used_count
+  int64_t n_ff_exp = 0;        // expert_feed_forward_length
 
   int64_t head_dim() const { return head_size > 0 ? head_size : n_embd / n_head; }
   int64_t q_dim() const { return n_head * head_dim(); }
   int64_t kv_dim() const { return n_head_kv * head_dim(); }
   int64_t rot_dims() const { return n_rot > 0 ? n_rot : head_dim(); }
   bool qkv_bias() const { return arch == "qwen2"; }
-  bool qk_norm() const { return arch == "qwen3" || arch == "gemma3"; }
-  bool bpe_vocab() const { return vocab.empty() ? (arch == "qwen2" || arch == "qwen3") : vocab == "bpe"; }
+  bool qk_norm() const { return arch == "qwen3" || arch == "qwen3moe" || arch == "gemma3"; }
+  bool moe() const { return arch == "qwen3moe"; }
+  bool bpe_vocab() const {
+    return vocab.empty() ? (arch == "qwen2" || arch == "qwen3" || arch == "qwen3moe") : vocab == "bpe";
+  }
 };
 
 // Presets: "tiny" (a few-MB llama for demos and tests), "tinyllama-1.1b", "qwen2.5-0.5b",
 // "llama-3.2-1b", "qwen3-0.6b", "gemma-3-1b", "phi-4-mini" (shapes of the real models; see synth.cpp
 // for the details that differ), and "tiny-qwen3", "tiny-gemma3", "tiny-phi3" (the shapes of the
-// golden models of ../shared/golden/arch with a 4096-token vocabulary).
+// golden models of ../shared/golden/arch with a 4096-token vocabulary); "qwen3-30b-a3b" (Qwen3-30B-A3B's
+// mixture of experts) and "tiny-qwen3moe" (the shape of ../shared/golden/moe's qwen3moe model).
 SynthShape synth_preset(const std::string& name);  // throws npullm::Error listing the names
 const std::vector<std::string>& synth_preset_names();
 

@@ -2,6 +2,8 @@
 
 #include <algorithm>
 #include <cstring>
+#include <filesystem>
+#include <fstream>
 #include <limits>
 #include <map>
 
@@ -128,6 +130,35 @@ std::vector<uint8_t> compile_spec(Graphs& graphs, const BlobSpec& spec) {
   return blob::write_blob(compiler::compile(graphs.get(spec), opt));
 }
 
+// Physical memory, from /proc/meminfo's MemTotal (0 where it cannot be read).
+uint64_t physical_memory_bytes() {
+  std::ifstream in("/proc/meminfo");
+  std::string key;
+  uint64_t kib = 0;
+  while (in >> key >> kib) {
+    if (key == "MemTotal:") return kib * 1024;
+    in.ignore(256, '\n');
+  }
+  return 0;
+}
+
+// Refuses a model file larger than the memory it must fit in, with both figures, before it is
+// mapped: a mixture of experts of 30 B parameters is easily downloaded onto a machine that cannot
+// hold it, and would then read its experts from disk for every token.
+void check_fits_in_memory(const std::string& path, uint64_t limit) {
+  std::error_code ec;
+  const uint64_t size = std::filesystem::file_size(path, ec);
+  if (ec) return;  // (GgufFile::open says what is wrong with the file)
+  if (limit == 0) limit = physical_memory_bytes();
+  auto human = [](uint64_t b) {
+    return b >= (uint64_t{1} << 30) ? fmt::format("{:.1f} GiB", static_cast<double>(b) / (1 << 30))
+                                    : fmt::format("{:.1f} MiB", static_cast<double>(b) / (1 << 20));
+  };
+  if (limit > 0 && size > limit)
+    fail("{}: the model is {} but this machine has {} of memory; it does not fit (choose a smaller quantisation)", path,
+         human(size), human(limit));
+}
+
 }  // namespace
 
 std::vector<std::pair<std::string, std::vector<uint8_t>>> compile_blobs(const std::string& model_path, RuntimeConfig cfg) {
@@ -156,6 +187,7 @@ struct LlmRuntime::Program {
 };
 
 LlmRuntime::LlmRuntime(const std::string& model_path, RuntimeConfig cfg) : cfg_(std::move(cfg)) {
+  check_fits_in_memory(model_path, cfg_.memory_bytes);
   gguf_ = GgufFile::open(model_path, GgufArrays::kWithoutLarge);  // (the vocabulary is the tokenizer's)
   hp_ = model::HParams::from_gguf(*gguf_);
   resolve_config(cfg_, hp_);

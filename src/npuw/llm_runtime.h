@@ -76,6 +76,10 @@ struct RuntimeConfig {
   // shares the page cache. Decode streams every weight per token; 2 MiB pages spare the TLB
   // misses and prefetcher restarts of 4 KiB ones. False keeps the mappings.
   bool huge_pages = true;
+  // The memory the model file must fit in, or it is refused before it is mapped (a model larger
+  // than memory would read its weights from disk for every token); 0: the machine's physical
+  // memory (MemTotal of /proc/meminfo).
+  uint64_t memory_bytes = 0;
 };
 
 // Rows of one slot's ring for a window of n_swa positions and prefill chunks of up to P tokens:

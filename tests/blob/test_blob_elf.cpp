@@ -245,8 +245,11 @@ TEST(BlobElf, OpNames) {
   EXPECT_STREQ(op_name(static_cast<uint32_t>(OpCode::GatherRows)), "GatherRows");
   EXPECT_STREQ(op_name(static_cast<uint32_t>(OpCode::SliceCols)), "SliceCols");
   EXPECT_STREQ(op_name(static_cast<uint32_t>(OpCode::GeGlu)), "GeGlu");
+  EXPECT_STREQ(op_name(static_cast<uint32_t>(OpCode::MoeRoute)), "MoeRoute");
+  EXPECT_STREQ(op_name(static_cast<uint32_t>(OpCode::MoeMatMul)), "MoeMatMul");
+  EXPECT_STREQ(op_name(static_cast<uint32_t>(OpCode::SwiGluOai)), "SwiGluOai");
   EXPECT_STREQ(op_name(0), "?");
-  EXPECT_STREQ(op_name(14), "?");
+  EXPECT_STREQ(op_name(19), "?");
   EXPECT_STREQ(op_name(0xffffffffu), "?");
 }
 

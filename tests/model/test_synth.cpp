@@ -388,6 +388,43 @@ TEST(Synth, ReproducesGoldenArchModelsTensorForTensor) {
   }
 }
 
+// The same for the golden MoE model (../shared/golden/moe/README.md §8): the tiny-qwen3moe preset is
+// its shape, so with seed 18 and the llama-spm vocabulary synth writes the 3-D expert tensors (one
+// flat array each), the F32 router and llama-quantize's choices for a mixture of 8 experts (Q8_0
+// K and V, Q5_K attention output) byte for byte.
+TEST(Synth, ReproducesGoldenMoeModelTensorForTensor) {
+  NPULLM_REQUIRE_SHARED("golden/moe/qwen3moe-spm.Q4_K_M.gguf");
+  NPULLM_REQUIRE_SHARED("models/vocab/ggml-vocab-llama-spm.gguf");
+  SynthOptions o;
+  o.shape = model::synth_preset("tiny-qwen3moe");
+  o.shape.n_vocab = 0;
+  o.type = model::synth_file_type("Q4_K_M");
+  o.seed = 18;
+  o.threads = 2;
+  o.vocab_from = test::shared_path("models/vocab/ggml-vocab-llama-spm.gguf");
+  const std::string path = write(o, "qwen3moe-spm.gguf");
+  const auto ours = GgufFile::open(path);
+  const auto ref = GgufFile::open(test::shared_path("golden/moe/qwen3moe-spm.Q4_K_M.gguf"));
+  ASSERT_EQ(ours->tensors().size(), ref->tensors().size());
+  for (size_t i = 0; i < ref->tensors().size(); ++i) {
+    const GgufTensorInfo& a = ours->tensors()[i];
+    const GgufTensorInfo& b = ref->tensors()[i];
+    ASSERT_EQ(a.name, b.name);
+    ASSERT_EQ(a.dims, b.dims) << a.name;
+    ASSERT_EQ(a.type, b.type) << a.name;
+    ASSERT_EQ(a.n_bytes, b.n_bytes) << a.name;
+    EXPECT_EQ(std::memcmp(a.data, b.data, a.n_bytes), 0) << a.name << " differs";
+  }
+  for (const auto& [key, value] : ref->metadata()) {
+    if (key.rfind("qwen3moe.", 0) != 0) continue;
+    const GgufValue* mine = ours->find(key);
+    ASSERT_NE(mine, nullptr) << key;
+    if (value.is_integer()) EXPECT_EQ(mine->as_int(key), value.as_int(key)) << key;
+    else EXPECT_EQ(mine->as_float(key), value.as_float(key)) << key;
+  }
+  fs::remove(path);
+}
+
 // The new families' presets at full size: the shapes of the real models and the types
 // llama-quantize gives them (planned only; the files are 0.5-2.5 GB).
 TEST(Synth, NewFamilyPresetsHaveRealShapesAndTypes) {

@@ -12,6 +12,7 @@
 
 #include "common/error.h"
 #include "device/cpu/kernels.h"
+#include "device/cpu/moe.h"
 #include "device/cpu/worker_pool.h"
 
 namespace npullm::cpu {
@@ -50,6 +51,24 @@ void matmul_prologue(const TaskDesc& t, float* out, int64_t m0, int64_t m1) {
 // have it applied once for the stage by all threads, before the matmuls.
 constexpr int64_t kThreadPrologueRows = 4;
 
+// The frequency factors a Rope (or a ScatterRows' Rope prologue) rotates with, and the frequency
+// scale to pass with them: YaRN's per-pair blend (blob/task.h, Rope) folded into factors written to
+// `buf` (n_rot / 2 floats) with a scale of 1, theta_i = pos base^(-2i/n) (fs (1 - r_i) + r_i) / ff_i;
+// otherwise the task's own factors (ptr `slot`, or none) and scale.
+struct RopeFreqs { const float* factors; float scale; };
+RopeFreqs rope_freqs(const TaskDesc& t, int slot, int64_t n_rot, float* buf) {
+  const float* ff = p<const float>(t, slot);
+  const float ext = t.fparam[3], fs = t.fparam[1];
+  if (ext == 0.0f) return {ff, fs};
+  const float lo = static_cast<float>(t.iparam[2]), hi = static_cast<float>(t.iparam[3]);
+  for (int64_t i = 0; i < n_rot / 2; ++i) {
+    const float y = (static_cast<float>(i) - lo) / std::max(0.001f, hi - lo);
+    const float ramp = (1.0f - std::min(1.0f, std::max(0.0f, y))) * ext;
+    buf[i] = (ff ? ff[i] : 1.0f) / (fs * (1.0f - ramp) + ramp);
+  }
+  return {buf, 1.0f};
+}
+
 // A ScatterRows that rotates each source row before storing it (Prologue::Rope): row by row
 // through `tmp` (R floats), rotated by the Rope kernel exactly as an in-place Rope would, each head
 // normalised first by the RmsNorm kernel for Prologue::RmsNormRope.
@@ -58,11 +77,12 @@ void scatter_rotated_rows(const TaskDesc& t, int64_t b, int64_t e, float* tmp) {
   const int32_t* idx = p<const int32_t>(t, 1);
   const int32_t* pos = p<const int32_t>(t, 3);
   const bool norm = prologue_of(t) == blob::Prologue::RmsNormRope;
+  const RopeFreqs freqs = rope_freqs(t, 4, t.dim[5], tmp + R);  // (after the row: work holds R + n_rot / 2)
   for (int64_t s = b; s < e; ++s) {
     if (idx[s] < 0 || idx[s] >= C) continue;
     std::copy_n(p<const float>(t, 0) + s * R, R, tmp);
     if (norm) rmsnorm_rows(tmp, p<const float>(t, 5), tmp, hd, t.fparam[2], 0, H);
-    rope(tmp, pos + s, H, hd, t.dim[5], t.fparam[0], t.fparam[1], p<const float>(t, 4), t.iparam[0], 0, H);
+    rope(tmp, pos + s, H, hd, t.dim[5], t.fparam[0], freqs.scale, freqs.factors, t.iparam[0], 0, H);
     scatter_rows(tmp, idx + s, p<void>(t, 2), ty(t, 2), R, C, 0, 1);
   }
 }
@@ -94,6 +114,11 @@ Split split_of(const TaskDesc& t, int threads = 1) {
     case OpCode::Scale:
     case OpCode::SoftCap:
     case OpCode::GeGlu: return {t.dim[0], 4096};
+    case OpCode::MoeRoute: return {1, 1};  // one table, written whole
+    case OpCode::MoeGather: return {t.dim[0] * t.dim[2], 4};
+    case OpCode::MoeMatMul: return {t.dim[2], 16};  // output columns of every expert's slab
+    case OpCode::MoeSum: return {t.dim[0], 1};
+    case OpCode::SwiGluOai: return {t.dim[0], 4096};
   }
   return {0, 1};
 }
@@ -110,6 +135,10 @@ int64_t work_of(const TaskDesc& t) {
     case OpCode::ScatterRows:
     case OpCode::GatherRows: return t.dim[0] * t.dim[1];
     case OpCode::Rope: return split_of(t).length * 64;
+    case OpCode::MoeRoute: return t.dim[0] * t.dim[1] * t.dim[2];
+    case OpCode::MoeGather: return t.dim[0] * t.dim[2] * t.dim[1];
+    case OpCode::MoeMatMul: return t.dim[0] * t.dim[3] * t.dim[1] * t.dim[2];
+    case OpCode::MoeSum: return t.dim[0] * t.dim[1] * t.dim[2];
     default: return split_of(t).length;
   }
 }
@@ -150,7 +179,8 @@ void attention_windows(const TaskDesc& t, int64_t b, int64_t e, float* work) {
   const int32_t* base = p<const int32_t>(t, 5);
   const int64_t cols = t.iparam[0] == 2 ? 2 : 1;
   if (!base) {
-    attention(q, p<const void>(t, 1), ty(t, 1), p<const void>(t, 2), ty(t, 2), mask, out, H, Hkv, hd, C, 0, t.fparam[0], b, e, work);
+    attention(q, p<const void>(t, 1), ty(t, 1), p<const void>(t, 2), ty(t, 2), mask, out, H, Hkv, hd, C, 0, t.fparam[0], b, e, work,
+              p<const float>(t, 6));
     return;
   }
   const size_t k_row = ggml_row_bytes(ty(t, 1), Hkv * hd), v_row = ggml_row_bytes(ty(t, 2), Hkv * hd);
@@ -164,7 +194,7 @@ void attention_windows(const TaskDesc& t, int64_t b, int64_t e, float* work) {
     }
     attention(q + s * H * hd, p<const uint8_t>(t, 1) + static_cast<size_t>(first) * k_row, ty(t, 1),
               p<const uint8_t>(t, 2) + static_cast<size_t>(first) * v_row, ty(t, 2), mask ? mask + s * C : nullptr, o, H, Hkv,
-              hd, C, start, t.fparam[0], r0, r1, work);
+              hd, C, start, t.fparam[0], r0, r1, work, p<const float>(t, 6));
   }
 }
 
@@ -188,8 +218,11 @@ void run_chunk(const TaskDesc& t, int64_t b, int64_t e, float* work, const float
       // (b, e: head rows; a folded per-head norm works on the same rows, in place)
       if (prologue_of(t) == blob::Prologue::RmsNorm)
         rmsnorm_rows(p<const float>(t, 0), p<const float>(t, 3), p<float>(t, 0), t.dim[2], t.fparam[2], b, e);
-      rope(p<void>(t, 0), ty(t, 0), p<const int32_t>(t, 1), t.dim[1], t.dim[2], t.dim[3], t.fparam[0], t.fparam[1], p<const float>(t, 2),
-           t.iparam[0], b, e);
+      {
+        const RopeFreqs freqs = rope_freqs(t, 2, t.dim[3], work);
+        rope(p<void>(t, 0), ty(t, 0), p<const int32_t>(t, 1), t.dim[1], t.dim[2], t.dim[3], t.fparam[0], freqs.scale, freqs.factors,
+             t.iparam[0], b, e);
+      }
       break;
     case OpCode::ScatterRows:
       if (has_prologue(t)) scatter_rotated_rows(t, b, e, work);
@@ -205,6 +238,25 @@ void run_chunk(const TaskDesc& t, int64_t b, int64_t e, float* work, const float
     case OpCode::Scale: scale(p<const float>(t, 0), t.fparam[0], p<float>(t, 1), b, e); break;
     case OpCode::SoftCap: softcap(p<const float>(t, 0), t.fparam[0], p<float>(t, 1), b, e); break;
     case OpCode::GeGlu: geglu(p<const float>(t, 0), p<const float>(t, 1), p<float>(t, 2), b, e); break;
+    case OpCode::MoeRoute:
+      moe_route(p<const float>(t, 0), t.dim[0], t.dim[1], t.dim[2], static_cast<MoeGating>(t.iparam[0]), p<int32_t>(t, 1), work);
+      break;
+    case OpCode::MoeGather:
+      moe_gather(p<const float>(t, 0), t.dim[1], t.dim[2], moe_table(p<const int32_t>(t, 1), t.dim[0], t.dim[2], t.dim[3]),
+                 p<float>(t, 2), b, e);
+      break;
+    case OpCode::MoeMatMul:
+      moe_matmul(p<const float>(t, 0), t.dim[1], p<const void>(t, 1), ty(t, 1), static_cast<WeightLayout>(t.iparam[0]),
+                 p<const float>(t, 4), moe_table(p<const int32_t>(t, 3), t.dim[0], t.dim[3], t.dim[4]), t.dim[4], p<float>(t, 2),
+                 t.dim[2], b, e, work);
+      break;
+    case OpCode::MoeSum:
+      moe_sum(p<const float>(t, 0), moe_table(p<const int32_t>(t, 1), t.dim[0], t.dim[2], t.dim[3]), t.dim[1], t.dim[2],
+              p<const float>(t, 3), p<float>(t, 2), b, e);
+      break;
+    case OpCode::SwiGluOai:
+      swiglu_oai(p<const float>(t, 0), p<const float>(t, 1), p<float>(t, 2), t.fparam[0], t.fparam[1], b, e);
+      break;
   }
 }
 
@@ -254,8 +306,23 @@ class CpuDevice final : public device::Device {
         if (t.dim[4] < 0 || t.dim[5] < t.dim[4])
           fail("cpu device: task {} (Attention) attends {} rows of K/V tensors of {}", i, t.dim[4], t.dim[5]);
       }
+      if (t.op == static_cast<uint32_t>(OpCode::MoeMatMul)) {
+        need = std::max(need, matmul_work_floats(t.dim[1]));
+        const auto layout = static_cast<WeightLayout>(t.iparam[0]);
+        if (layout != WeightLayout::Rows &&
+            (layout != WeightLayout::Panels16 || !matmul_reads_panels16(ty(t, 1), t.dim[1]) || t.dim[2] % 16 != 0))
+          fail("cpu device: task {} (MoeMatMul) has {} expert slabs of {} x {} in layout {}, which this device cannot read", i,
+               ggml_type_name(ty(t, 1)), t.dim[2], t.dim[1], t.iparam[0]);
+        if (t.dim[3] < 1 || t.dim[3] > t.dim[4]) fail("cpu device: task {} (MoeMatMul) routes to {} of {} experts", i, t.dim[3], t.dim[4]);
+      }
+      if (t.op == static_cast<uint32_t>(OpCode::MoeRoute)) {
+        need = std::max(need, t.dim[1]);
+        if (t.dim[2] < 1 || t.dim[2] > t.dim[1] || (t.iparam[0] != 0 && t.iparam[0] != 1))
+          fail("cpu device: task {} (MoeRoute) chooses {} of {} experts with gating {}", i, t.dim[2], t.dim[1], t.iparam[0]);
+      }
       if (has_prologue(t)) check_prologue(t, i);
-      if (t.op == static_cast<uint32_t>(OpCode::ScatterRows) && has_prologue(t)) need = std::max(need, t.dim[1]);
+      if (t.op == static_cast<uint32_t>(OpCode::ScatterRows) && has_prologue(t)) need = std::max(need, t.dim[1] + t.dim[5] / 2);
+      if (t.op == static_cast<uint32_t>(OpCode::Rope)) need = std::max(need, t.dim[3] / 2);  // YaRN's factors
       if (split_of(t).length <= 0 && t.op != static_cast<uint32_t>(OpCode::Embed))
         fail("cpu device: task {} ({}) has an empty range", i, blob::op_name(t.op));
     }
@@ -447,11 +514,25 @@ class CpuDevice final : public device::Device {
       }
       run_chunk(tasks[i], b, e, work_[static_cast<size_t>(worker)].data(), x, xq);
     }, parallel);
+    count_experts(tasks, n);
     counters_.stages++;
     counters_.parallel_stages += parallel;
     const int64_t ns = std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::steady_clock::now() - t0).count();
     if (n > 0 && tasks[0].op < Counters::kOps) counters_.stage_ns[tasks[0].op] += ns;
     if (n > 0 && tasks[0].op == static_cast<uint32_t>(OpCode::MatMul)) count_matmul_kind(tasks, n, ns);
+  }
+
+  // The expert slabs the stage's MoeMatMul tasks read: one per expert that has rows in the table.
+  void count_experts(const TaskDesc* tasks, size_t n) {
+    for (size_t i = 0; i < n; ++i) {
+      const TaskDesc& t = tasks[i];
+      if (t.op != static_cast<uint32_t>(OpCode::MoeMatMul)) continue;
+      const MoeTable table = moe_table(p<const int32_t>(t, 3), t.dim[0], t.dim[3], t.dim[4]);
+      int64_t slabs = 0;
+      for (int64_t e = 0; e < t.dim[4]; ++e) slabs += table.first[e + 1] > table.first[e];
+      counters_.expert_slabs += slabs;
+      counters_.expert_bytes += slabs * static_cast<int64_t>(moe_slab_bytes(ty(t, 1), static_cast<WeightLayout>(t.iparam[0]), t.dim[2], t.dim[1]));
+    }
   }
 
   // Adds a MatMul stage's run to its kind in counters_.matmul_kinds. The kind is found once per

@@ -105,9 +105,11 @@ void geglu(const float* gate, const float* up, float* out, int64_t i0, int64_t i
 // order rows rot, rot + 1, ..., C - 1, 0, ..., rot - 1 (0: in row order); mask[s, row] is by row.
 // With rot and C multiples of 16, a key's SIMD lane is its row mod 16 either way, so a ring visited
 // from its oldest row gives the same bits as the same keys in row order of a longer window.
+// sinks: null, or a logit per head h (gpt-oss's attention sinks) that joins the softmax as a key
+// with no value: p_t = e^(s_t - m) / (sum_t e^(s_t - m) + e^(sinks[h] - m)), m the largest of all.
 void attention(const float* q, const void* k, GgmlType k_type, const void* v, GgmlType v_type,
                const float* mask, float* out, int64_t H, int64_t Hkv, int64_t hd, int64_t C,
-               int64_t rot, float scale, int64_t r0, int64_t r1, float* work);
+               int64_t rot, float scale, int64_t r0, int64_t r1, float* work, const float* sinks = nullptr);
 
 // How matmul treats the activations for weights of type wt (see matmul).
 enum class MatmulActivations { F32, Q8_0, Q8_K };

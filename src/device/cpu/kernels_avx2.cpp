@@ -302,8 +302,8 @@ void avx2_quantize_x(GgmlType wt, const float* x, int64_t M, int64_t K, void* ds
 }
 void avx2_attention(const float* q, const void* k, GgmlType k_type, const void* v, GgmlType v_type,
                     const float* mask, float* out, int64_t H, int64_t Hkv, int64_t hd, int64_t C,
-                    int64_t rot, float scale, int64_t r0, int64_t r1, float* work) {
-  attention_impl<Avx2Ops>(q, k, k_type, v, v_type, mask, out, H, Hkv, hd, C, rot, scale, r0, r1, work);
+                    int64_t rot, float scale, int64_t r0, int64_t r1, float* work, const float* sinks) {
+  attention_impl<Avx2Ops>(q, k, k_type, v, v_type, mask, out, H, Hkv, hd, C, rot, scale, r0, r1, work, sinks);
 }
 void avx2_swiglu(const float* gate, const float* up, float* out, int64_t i0, int64_t i1) {
   swiglu_impl<Avx2Ops>(gate, up, out, i0, i1);

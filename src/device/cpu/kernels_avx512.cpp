@@ -106,9 +106,9 @@ struct Avx512Ops {
   template <GgmlType T>
   static bool attention_group(const float* q, const uint8_t* k, const uint8_t* v, const float* mrow, float* out,
                               int64_t n, int64_t Hkv, int64_t g, int64_t hd, int64_t C, int64_t rot, float scale,
-                              float* scores) {
+                              float* scores, const float* sinks) {
     if constexpr (T == GgmlType::F16 || T == GgmlType::Q8_0)
-      return attention_group_dispatch<Avx512Ops, T>(q, k, v, mrow, out, n, Hkv, g, hd, C, rot, scale, scores);
+      return attention_group_dispatch<Avx512Ops, T>(q, k, v, mrow, out, n, Hkv, g, hd, C, rot, scale, scores, sinks);
     else
       return false;
   }
@@ -140,8 +140,8 @@ void avx512_quantize_x(GgmlType wt, const float* x, int64_t M, int64_t K, void* 
 }
 void avx512_attention(const float* q, const void* k, GgmlType k_type, const void* v, GgmlType v_type,
                       const float* mask, float* out, int64_t H, int64_t Hkv, int64_t hd, int64_t C,
-                      int64_t rot, float scale, int64_t r0, int64_t r1, float* work) {
-  attention_impl<Avx512Ops>(q, k, k_type, v, v_type, mask, out, H, Hkv, hd, C, rot, scale, r0, r1, work);
+                      int64_t rot, float scale, int64_t r0, int64_t r1, float* work, const float* sinks) {
+  attention_impl<Avx512Ops>(q, k, k_type, v, v_type, mask, out, H, Hkv, hd, C, rot, scale, r0, r1, work, sinks);
 }
 void avx512_swiglu(const float* gate, const float* up, float* out, int64_t i0, int64_t i1) {
   swiglu_impl<Avx512Ops>(gate, up, out, i0, i1);

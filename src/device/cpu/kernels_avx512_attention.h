@@ -233,7 +233,7 @@ inline void attn_value_passes(const uint8_t* vg, int64_t stride, int64_t C, int6
 // Group g's N heads: q and out are [N, HD], mrow the query's mask row (or null), scores N * C.
 template <class Ops, GgmlType T, int N, int NV>
 void attention_group(const float* q, const uint8_t* k, const uint8_t* v, const float* mrow, float* out,
-                     int64_t Hkv, int64_t g, int64_t C, int64_t rot, float scale, float* scores) {
+                     int64_t Hkv, int64_t g, int64_t C, int64_t rot, float scale, float* scores, const float* sinks) {
   using Head = AttnHead<Ops, T, NV>;
   constexpr int64_t head = Head::bytes;  // bytes of one head in a K/V row
   constexpr float kNegInf = -__builtin_inff();
@@ -318,9 +318,11 @@ void attention_group(const float* q, const uint8_t* k, const uint8_t* v, const f
   bool live[N];
   bool any_live = false;
   for (int j = 0; j < N; ++j) {
-    const float m = _mm512_reduce_max_ps(mx[j]);
+    float m = _mm512_reduce_max_ps(mx[j]);
     live[j] = m != kNegInf;
-    inv[j] = live[j] ? 1.0f / softmax_numerators<Ops>(scores + j * C, Ce, m) : 0.0f;
+    const float sink = sinks ? sinks[j] : kNegInf;  // (as attention_one_row)
+    if (sink > m) m = sink;
+    inv[j] = live[j] ? 1.0f / (softmax_numerators<Ops>(scores + j * C, Ce, m) + (sinks ? std::exp(sink - m) : 0.0f)) : 0.0f;
     any_live = any_live || live[j];
   }
   if (any_live) attn_value_passes<Head, N, NV, 0, 0>(vg, stride, C, Ce, rot, scores, inv, live, out);
@@ -334,16 +336,16 @@ void attention_group(const float* q, const uint8_t* k, const uint8_t* v, const f
 template <class Ops, GgmlType T>
 bool attention_group_dispatch(const float* q, const uint8_t* k, const uint8_t* v, const float* mrow, float* out,
                               int64_t n, int64_t Hkv, int64_t g, int64_t hd, int64_t C, int64_t rot, float scale,
-                              float* scores) {
+                              float* scores, const float* sinks) {
   auto run = [&]<int NV>() {
     switch (n) {
-      case 2: attention_group<Ops, T, 2, NV>(q, k, v, mrow, out, Hkv, g, C, rot, scale, scores); return true;
-      case 3: attention_group<Ops, T, 3, NV>(q, k, v, mrow, out, Hkv, g, C, rot, scale, scores); return true;
-      case 4: attention_group<Ops, T, 4, NV>(q, k, v, mrow, out, Hkv, g, C, rot, scale, scores); return true;
-      case 5: attention_group<Ops, T, 5, NV>(q, k, v, mrow, out, Hkv, g, C, rot, scale, scores); return true;
-      case 6: attention_group<Ops, T, 6, NV>(q, k, v, mrow, out, Hkv, g, C, rot, scale, scores); return true;
-      case 7: attention_group<Ops, T, 7, NV>(q, k, v, mrow, out, Hkv, g, C, rot, scale, scores); return true;
-      case 8: attention_group<Ops, T, 8, NV>(q, k, v, mrow, out, Hkv, g, C, rot, scale, scores); return true;
+      case 2: attention_group<Ops, T, 2, NV>(q, k, v, mrow, out, Hkv, g, C, rot, scale, scores, sinks); return true;
+      case 3: attention_group<Ops, T, 3, NV>(q, k, v, mrow, out, Hkv, g, C, rot, scale, scores, sinks); return true;
+      case 4: attention_group<Ops, T, 4, NV>(q, k, v, mrow, out, Hkv, g, C, rot, scale, scores, sinks); return true;
+      case 5: attention_group<Ops, T, 5, NV>(q, k, v, mrow, out, Hkv, g, C, rot, scale, scores, sinks); return true;
+      case 6: attention_group<Ops, T, 6, NV>(q, k, v, mrow, out, Hkv, g, C, rot, scale, scores, sinks); return true;
+      case 7: attention_group<Ops, T, 7, NV>(q, k, v, mrow, out, Hkv, g, C, rot, scale, scores, sinks); return true;
+      case 8: attention_group<Ops, T, 8, NV>(q, k, v, mrow, out, Hkv, g, C, rot, scale, scores, sinks); return true;
       default: return false;
     }
   };

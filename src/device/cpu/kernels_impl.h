@@ -29,6 +29,7 @@
 // several outputs at once (one chain each), not from splitting a chain.
 #pragma once
 #include <algorithm>
+#include <cmath>
 #include <cstddef>
 #include <cstdint>
 
@@ -51,7 +52,7 @@ struct IsaKernels {
   // multiple of Hkv.
   void (*attention)(const float* q, const void* k, GgmlType k_type, const void* v, GgmlType v_type,
                     const float* mask, float* out, int64_t H, int64_t Hkv, int64_t hd, int64_t C,
-                    int64_t rot, float scale, int64_t r0, int64_t r1, float* work);
+                    int64_t rot, float scale, int64_t r0, int64_t r1, float* work, const float* sinks);
   void (*swiglu)(const float* gate, const float* up, float* out, int64_t i0, int64_t i1);
   // dst[i] = fp32_to_fp16(src[i]) for i < n: the K/V scatter's conversion (F16C where the ISA has
   // it: round to nearest even, NaNs kept quiet with their top payload bits, the same bits).
@@ -388,7 +389,7 @@ inline int64_t attn_row(int64_t t, int64_t rot, int64_t C) { return t + rot < C 
 template <class Ops, GgmlType KT, GgmlType VT>
 void attention_one_row(const float* q, const uint8_t* k, const uint8_t* v, const float* mask, float* out,
                        int64_t H, int64_t Hkv, int64_t hd, int64_t C, int64_t rot, float scale, int64_t r,
-                       float* scores) {
+                       float* scores, const float* sinks) {
   using V = typename Ops::V;
   constexpr int W = Ops::W;
   constexpr float kNegInf = -__builtin_inff();
@@ -449,7 +450,10 @@ void attention_one_row(const float* q, const uint8_t* k, const uint8_t* v, const
     for (int64_t i = 0; i < hd; ++i) o[i] = 0.0f;
     if (mx == kNegInf) return;  // fully masked (or empty) row: zeros
 
-    const float total = softmax_numerators<Ops>(scores, C, mx);
+    // A sink joins the max and the sum, as a key whose value is zero.
+    const float sink = sinks ? sinks[h] : kNegInf;
+    if (sink > mx) mx = sink;
+    const float total = softmax_numerators<Ops>(scores, C, mx) + (sinks ? std::exp(sink - mx) : 0.0f);
     int64_t t = 0;
 
     // out = sum_t p_t v_t with p_t = e_t / total (normalised per key so the magnitude of the
@@ -504,7 +508,8 @@ inline constexpr int64_t kPrefetchKeys = 8;  // how far ahead of the key in use 
 
 template <class Ops, GgmlType KT, GgmlType VT>
 void attention_heads(const float* q, const uint8_t* k, const uint8_t* v, const float* mrow, float* out, int64_t n,
-                     int64_t Hkv, int64_t g, int64_t hd, int64_t C, int64_t rot, float scale, float* scores) {
+                     int64_t Hkv, int64_t g, int64_t hd, int64_t C, int64_t rot, float scale, float* scores,
+                     const float* sinks) {
   using V = typename Ops::V;
   constexpr int W = Ops::W;
   constexpr int G = kGroupHeads;
@@ -512,7 +517,7 @@ void attention_heads(const float* q, const uint8_t* k, const uint8_t* v, const f
   // An ISA may lay the common cases (K and V of one type) out its own way, with the same bits:
   // kernels_avx512_attention.h.
   if constexpr (KT == VT && requires { &Ops::template attention_group<KT>; })
-    if (Ops::template attention_group<KT>(q, k, v, mrow, out, n, Hkv, g, hd, C, rot, scale, scores)) return;
+    if (Ops::template attention_group<KT>(q, k, v, mrow, out, n, Hkv, g, hd, C, rot, scale, scores, sinks)) return;
   const int64_t k_head = head_bytes<KT>(hd), v_head = head_bytes<VT>(hd);
   float mx[G];
   for (int j = 0; j < G; ++j) mx[j] = kNegInf;
@@ -577,7 +582,9 @@ void attention_heads(const float* q, const uint8_t* k, const uint8_t* v, const f
     for (int64_t i = 0; i < hd; ++i) o[i] = 0.0f;
     inv[j] = 0.0f;
     if (mx[j] == kNegInf) continue;  // fully masked (or empty): zeros, no value sums below
-    inv[j] = 1.0f / softmax_numerators<Ops>(sj, C, mx[j]);
+    const float sink = sinks ? sinks[j] : kNegInf;  // (as attention_one_row)
+    if (sink > mx[j]) mx[j] = sink;
+    inv[j] = 1.0f / (softmax_numerators<Ops>(sj, C, mx[j]) + (sinks ? std::exp(sink - mx[j]) : 0.0f));
   }
   bool live[G];  // heads with a visible key (a fully masked one stays zeros, as attention_one_row)
   bool any_live = false;
@@ -653,7 +660,7 @@ void attention_heads(const float* q, const uint8_t* k, const uint8_t* v, const f
 template <class Ops, GgmlType KT, GgmlType VT>
 void attention_rows(const float* q, const uint8_t* k, const uint8_t* v, const float* mask, float* out,
                     int64_t H, int64_t Hkv, int64_t hd, int64_t C, int64_t rot, float scale, int64_t r0, int64_t r1,
-                    float* scores) {
+                    float* scores, const float* sinks) {
   const int64_t group = H / Hkv;
   for (int64_t r = r0; r < r1;) {
     const int64_t s = r / H, h = r % H, g = h / group;
@@ -661,10 +668,10 @@ void attention_rows(const float* q, const uint8_t* k, const uint8_t* v, const fl
     const int64_t n = std::min<int64_t>(run_end - r, kGroupHeads);
     if (n >= 2) {
       attention_heads<Ops, KT, VT>(q + r * hd, k, v, mask ? mask + s * C : nullptr, out + r * hd, n, Hkv, g, hd, C, rot, scale,
-                                   scores);
+                                   scores, sinks ? sinks + h : nullptr);
       r += n;
     } else {
-      attention_one_row<Ops, KT, VT>(q, k, v, mask, out, H, Hkv, hd, C, rot, scale, r, scores);
+      attention_one_row<Ops, KT, VT>(q, k, v, mask, out, H, Hkv, hd, C, rot, scale, r, scores, sinks);
       ++r;
     }
   }
@@ -673,16 +680,16 @@ void attention_rows(const float* q, const uint8_t* k, const uint8_t* v, const fl
 template <class Ops, GgmlType KT>
 void attention_for_k(const float* q, const uint8_t* k, const uint8_t* v, GgmlType v_type, const float* mask,
                      float* out, int64_t H, int64_t Hkv, int64_t hd, int64_t C, int64_t rot, float scale, int64_t r0, int64_t r1,
-                     float* work) {
+                     float* work, const float* sinks) {
   switch (v_type) {
     case GgmlType::F16:
-      attention_rows<Ops, KT, GgmlType::F16>(q, k, v, mask, out, H, Hkv, hd, C, rot, scale, r0, r1, work);
+      attention_rows<Ops, KT, GgmlType::F16>(q, k, v, mask, out, H, Hkv, hd, C, rot, scale, r0, r1, work, sinks);
       return;
     case GgmlType::Q8_0:
-      attention_rows<Ops, KT, GgmlType::Q8_0>(q, k, v, mask, out, H, Hkv, hd, C, rot, scale, r0, r1, work);
+      attention_rows<Ops, KT, GgmlType::Q8_0>(q, k, v, mask, out, H, Hkv, hd, C, rot, scale, r0, r1, work, sinks);
       return;
     default:
-      attention_rows<Ops, KT, GgmlType::F32>(q, k, v, mask, out, H, Hkv, hd, C, rot, scale, r0, r1, work);
+      attention_rows<Ops, KT, GgmlType::F32>(q, k, v, mask, out, H, Hkv, hd, C, rot, scale, r0, r1, work, sinks);
       return;
   }
 }
@@ -690,18 +697,18 @@ void attention_for_k(const float* q, const uint8_t* k, const uint8_t* v, GgmlTyp
 template <class Ops>
 void attention_impl(const float* q, const void* k, GgmlType k_type, const void* v, GgmlType v_type,
                     const float* mask, float* out, int64_t H, int64_t Hkv, int64_t hd, int64_t C,
-                    int64_t rot, float scale, int64_t r0, int64_t r1, float* work) {
+                    int64_t rot, float scale, int64_t r0, int64_t r1, float* work, const float* sinks) {
   const auto* kb = static_cast<const uint8_t*>(k);
   const auto* vb = static_cast<const uint8_t*>(v);
   switch (k_type) {
     case GgmlType::F16:
-      attention_for_k<Ops, GgmlType::F16>(q, kb, vb, v_type, mask, out, H, Hkv, hd, C, rot, scale, r0, r1, work);
+      attention_for_k<Ops, GgmlType::F16>(q, kb, vb, v_type, mask, out, H, Hkv, hd, C, rot, scale, r0, r1, work, sinks);
       return;
     case GgmlType::Q8_0:
-      attention_for_k<Ops, GgmlType::Q8_0>(q, kb, vb, v_type, mask, out, H, Hkv, hd, C, rot, scale, r0, r1, work);
+      attention_for_k<Ops, GgmlType::Q8_0>(q, kb, vb, v_type, mask, out, H, Hkv, hd, C, rot, scale, r0, r1, work, sinks);
       return;
     default:
-      attention_for_k<Ops, GgmlType::F32>(q, kb, vb, v_type, mask, out, H, Hkv, hd, C, rot, scale, r0, r1, work);
+      attention_for_k<Ops, GgmlType::F32>(q, kb, vb, v_type, mask, out, H, Hkv, hd, C, rot, scale, r0, r1, work, sinks);
       return;
   }
 }
