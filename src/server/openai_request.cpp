@@ -78,10 +78,12 @@ std::optional<int64_t> integer(const json& o, const char* key, int64_t lo, int64
   return i;
 }
 
-std::optional<bool> boolean(const json& o, const char* key) {
+// `at`: where `o` is in the body ("" at its top), so that a nested field's error names its path.
+std::optional<bool> boolean(const json& o, const char* key, const std::string& at = "") {
   const json* v = field(o, key);
   if (!v) return std::nullopt;
-  if (!v->is_boolean()) invalid(key, fmt::format("'{}' must be a boolean, not {}", key, type_name(*v)));
+  const std::string where = at.empty() ? key : at + "." + key;
+  if (!v->is_boolean()) invalid(where, fmt::format("'{}' must be a boolean, not {}", where, type_name(*v)));
   return v->get<bool>();
 }
 
@@ -224,7 +226,7 @@ void parse_tools(const json& o, ChatRequest& r) {
         if (!p->is_object()) invalid(at + ".function.parameters", fmt::format("'{}.function.parameters' must be a JSON Schema object", at));
         tool.parameters = *p;
       }
-      tool.strict = boolean(*fn, "strict").value_or(false);
+      tool.strict = boolean(*fn, "strict", at + ".function").value_or(false);
       r.tools.push_back(std::move(tool));
     }
   }
@@ -287,7 +289,7 @@ void parse_structured(const json& o, ApiRequest& r) {
       if (!valid_function_name(name))
         invalid("response_format.json_schema.name", fmt::format("'response_format.json_schema.name' must be 1 to 64 letters, digits, '_' or '-' (got '{}')", name));
       string_field(*js, "description", "response_format.json_schema", false);  // guidance for the model; checked, not used
-      boolean(*js, "strict");  // npullm always keeps to the schema: strict or not, the output follows it
+      boolean(*js, "strict", "response_format.json_schema");  // npullm always keeps to the schema: strict or not, the output follows it
       if (const json* sc = field(*js, "schema")) set("response_format", Kind::JsonSchema, schema_text(*sc, "response_format.json_schema.schema"));
       else set("response_format", Kind::JsonObject, "");
     } else if (type != "text") {
@@ -363,7 +365,7 @@ ApiRequest parse(const json& o, bool chat, const RequestLimits& limits) {
   r.stream = boolean(o, "stream").value_or(false);
   if (const json* so = field(o, "stream_options")) {
     if (!so->is_object()) invalid("stream_options", "'stream_options' must be an object");
-    r.include_usage = boolean(*so, "include_usage").value_or(false);
+    r.include_usage = boolean(*so, "include_usage", "stream_options").value_or(false);
   }
   if (auto n = integer(o, "n", 1, 128); n && *n != 1) invalid("n", "only n = 1 is supported");
   if (boolean(o, "logprobs").value_or(false) || field(o, "top_logprobs")) invalid("logprobs", "logprobs are not supported");
