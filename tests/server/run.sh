@@ -154,7 +154,7 @@ run_script() {
 
 start_server main
 for s in "${SCRIPTS[@]}"; do
-  [[ "$s" == abuse ]] && continue  # on a server of its own, below
+  [[ "$s" == abuse || "$s" == structured ]] && continue  # on servers of their own, below
   # A script that kills the server would fail the rest with confusing messages; say so instead.
   kill -0 "$SERVER_PID" 2>/dev/null || { echo "run.sh: the server died" >&2; log_tail; exit 1; }
   run_script "$s"
@@ -167,19 +167,22 @@ if [[ " ${SCRIPTS[*]} " == *" bad_requests "* ]]; then
   stop_server || FAILED+=("clean shutdown (auth server)")
 fi
 
-# Tool calls in the Hermes (Qwen) syntax: the golden qwen2 model (Qwen's tokenizer) under Qwen3's
-# template; the main server's ChatML template has no tool syntax, so it exercised the generic form.
-QWEN="${NPULLM_SHARED_DIR:-$ROOT/../shared}/golden/qwen2-gpt2.Q4_0.gguf"
+# Structured output and tools, on two golden models with real templates (their contexts hold the
+# tool descriptions): Gemma 3's template, which has no tool syntax (the generic form), and Qwen3's
+# over the qwen2 model (the Hermes <tool_call> form).
 if [[ " ${SCRIPTS[*]} " == *" structured "* ]]; then
-  if [[ -f "$QWEN" ]]; then
-    SERVE_MODEL="$QWEN" CHAT_TEMPLATE=qwen3 PARALLEL=4 start_server tools-qwen
-    run_script structured NPULLM_TOOL_FAMILY=hermes
-    stop_server || FAILED+=("clean shutdown (tools-qwen server)")
-  elif [[ "${NPULLM_REQUIRE_DATA:-0}" == "1" ]]; then
-    FAILED+=("structured [hermes]: $QWEN not found")
-  else
-    echo "run.sh: $QWEN not found; structured output on the Hermes tool syntax not tested"
-  fi
+  GOLDEN="${NPULLM_SHARED_DIR:-$ROOT/../shared}/golden"
+  for spec in "generic:$GOLDEN/arch/gemma3-spm.Q4_K_M.gguf:gemma3" "hermes:$GOLDEN/qwen2-gpt2.Q4_0.gguf:qwen3"; do
+    IFS=: read -r family model template <<<"$spec"
+    if [[ ! -f "$model" ]]; then
+      if [[ "${NPULLM_REQUIRE_DATA:-0}" == "1" ]]; then FAILED+=("structured [$family]: $model not found")
+      else echo "run.sh: $model not found; structured output on the $family tool syntax not tested"; fi
+      continue
+    fi
+    SERVE_MODEL="$model" CHAT_TEMPLATE="$template" PARALLEL=4 start_server "tools-$family"
+    run_script structured NPULLM_TOOL_FAMILY="$family"
+    stop_server || FAILED+=("clean shutdown (tools-$family server)")
+  done
 fi
 
 # A server with 2 slots and room for 4 waiting requests: of 64 clients, many must get a deliberate

@@ -10,7 +10,8 @@
 // What keeps output to a schema is genai/grammar: checks of constrained output fail while it is absent.
 //
 // env: NPULLM_URL, optional NPULLM_API_KEY; NPULLM_STRUCTURED_N (requests per kind, default 4;
-//      the acceptance of issue 46 runs 50); NPULLM_TOOL_FAMILY (what the server's template is, for messages).
+//      the acceptance of issue 46 runs 50); NPULLM_TOOL_FAMILY (the server template's tool syntax,
+//      generic or hermes, for the messages). run.sh starts a server per family for it.
 import assert from 'node:assert/strict';
 import Ajv from 'ajv';
 import OpenAI from 'openai';
