@@ -184,10 +184,22 @@ TEST_P(BatchedDecode, EightSequencesAtOnce) {
   check_against_alone(test::shared_path(rel), seqs, 8, {8, 4});
 }
 
+std::vector<int32_t> moe_tokens() {
+  return test::golden_tokens("golden/moe/qwen3moe-spm.Q4_K_M.json");
+}
+
+std::string model_name(size_t index) {
+  static const char* const names[] = {"stories260K", "qwen2_Q4_0", "qwen3moe_Q4_K_M", "gpt_oss_MXFP4"};
+  return names[index];
+}
+
+// The mixtures of experts too: a batch's tokens are grouped by expert (each chosen slab read once
+// for all its rows), and each row still gets the bits it gets alone.
 INSTANTIATE_TEST_SUITE_P(Models, BatchedDecode,
                          ::testing::Values(Model{"models/llama2c/stories260K.gguf", stories_tokens},
-                                           Model{"golden/qwen2-gpt2.Q4_0.gguf", golden_tokens}),
-                         [](const auto& info) { return info.index == 0 ? std::string("stories260K") : std::string("qwen2_Q4_0"); });
+                                           Model{"golden/qwen2-gpt2.Q4_0.gguf", golden_tokens},
+                                           Model{"golden/moe/qwen3moe-spm.Q4_K_M.gguf", moe_tokens}),
+                         [](const auto& info) { return model_name(info.index); });
 
 // A slot's K/V rows are its own: prefilling one slot leaves another's state as it was, and a
 // slot truncated to a prefix continues exactly as a fresh run of that prefix would.

@@ -7,6 +7,8 @@
 #include <gtest/gtest.h>
 
 #include <cstring>
+#include <fmt/format.h>
+#include <fmt/ranges.h>
 #include <nlohmann/json.hpp>
 
 #include "formats/ggml_types.h"
@@ -129,6 +131,54 @@ INSTANTIATE_TEST_SUITE_P(Files, GoldenMoeGreedy, ::testing::Values(GreedyCase{"q
                              if (ch == '-' || ch == '.') ch = '_';
                            return s;
                          });
+
+// DESIGN rule 7 for mixtures of experts: greedy decoding gives the same ids and the same logits,
+// bit for bit, whatever the prefill chunk (1, 7, 64, 256: a chunk groups its tokens' rows by
+// expert), the generate variants (a small one that the sequence outgrows, or one large one) and
+// the thread count (1 or 2: the expert matmuls are cut by output columns).
+class MoeSameAnswer : public ::testing::TestWithParam<std::string> {};
+
+TEST_P(MoeSameAnswer, WhateverChunkVariantOrThreads) {
+  const std::string name = GetParam();
+  NPULLM_REQUIRE_SHARED(kDir + name + ".gguf");
+  const auto j = nlohmann::json::parse(test::read_file(test::shared_path(kDir + name + ".json")));
+  const auto tokens = j["tokens"].get<std::vector<int32_t>>();
+  const std::vector<int32_t> prompt(tokens.begin(), tokens.begin() + 40);
+  struct Setup {
+    int64_t chunk;
+    std::vector<int64_t> variants;
+    int threads;
+  };
+  const Setup setups[] = {{64, {512}, 2}, {1, {512}, 2}, {7, {64, 128, 512}, 1}, {256, {64, 512}, 2}, {64, {64, 128, 512}, 1}};
+  std::vector<int32_t> first_ids;
+  std::vector<std::vector<float>> first_logits;
+  for (const Setup& su : setups) {
+    SCOPED_TRACE(fmt::format("chunk {} variants {} threads {}", su.chunk, su.variants.size(), su.threads));
+    npuw::RuntimeConfig cfg = config(su.chunk, GgmlType::F16, su.threads);
+    cfg.all_logits = false;
+    cfg.variants = su.variants;
+    npuw::LlmRuntime rt(test::shared_path(kDir + name + ".gguf"), cfg);
+    std::span<const float> lg = rt.prefill(prompt);
+    std::vector<int32_t> ids;
+    std::vector<std::vector<float>> logits;
+    for (int step = 0; step < 40; ++step) {  // 40 + 40 positions: past the 64-row variant
+      logits.emplace_back(lg.begin(), lg.end());
+      ids.push_back(genai::argmax(lg));
+      lg = rt.decode(ids.back());
+    }
+    if (first_ids.empty()) {
+      first_ids = ids;
+      first_logits = logits;
+      continue;
+    }
+    EXPECT_EQ(ids, first_ids);
+    for (size_t k = 0; k < logits.size(); ++k)
+      ASSERT_EQ(0, std::memcmp(logits[k].data(), first_logits[k].data(), logits[k].size() * 4)) << "logits differ at step " << k;
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(Files, MoeSameAnswer, ::testing::Values("qwen3moe-spm.Q4_K_M"),
+                         [](const auto& info) { return info.index == 0 ? std::string("qwen3moe") : std::string("gpt_oss"); });
 
 // A model larger than the memory it must fit in is refused before it is mapped, with both figures.
 TEST(MoeModel, TooLargeForMemoryIsRefusedWithTheFigures) {
