@@ -6,6 +6,7 @@
 //   Q5_0  32 el, 22 B: d f16 | qh u32 | qs[16]  bit j of qh is bit 4 of element j
 //   Q5_1  32 el, 24 B: d f16 | m f16 | qh u32 | qs[16]
 //   Q8_0  32 el, 34 B: d f16 | qs[32] int8
+//   MXFP4 32 el, 17 B: e u8 | qs[16]         packed as Q4_0; see mxfp4_scale and kMxfp4Values
 //   Q2_K .. Q6_K, IQ4_NL, IQ4_XS: see the dequantiser of each below.
 // The dequantisers evaluate exactly the float expressions of ggml's reference ones, in the same
 // order, so their results are bit-identical to llama.cpp's (tests check this against golden data).
@@ -26,7 +27,7 @@ namespace {
 // Type table, indexed by type id. Entries with an empty name are ids that are not enum values
 // (retired or never assigned in ggml).
 
-constexpr uint32_t kMaxTypeId = 35;
+constexpr uint32_t kMaxTypeId = 39;
 
 constexpr std::array<GgmlTypeTraits, kMaxTypeId + 1> make_table() {
   std::array<GgmlTypeTraits, kMaxTypeId + 1> t{};
@@ -66,6 +67,8 @@ constexpr std::array<GgmlTypeTraits, kMaxTypeId + 1> make_table() {
   set(GgmlType::BF16, "BF16", 1, 2, true);
   set(GgmlType::TQ1_0, "TQ1_0", 256, 54, false);
   set(GgmlType::TQ2_0, "TQ2_0", 256, 66, false);
+  // (36..38 are retired: the IQ4_NL_4_4 / _4_8 / _8_8 repacks, never in files.)
+  set(GgmlType::MXFP4, "MXFP4", 32, 17, true);  // gpt-oss's expert weights
   return t;
 }
 
@@ -341,6 +344,19 @@ void dequant_iq4_xs(const uint8_t* src, float* dst, int64_t n) {
   }
 }
 
+// MXFP4, 32 el, 17 B: e | qs[16], nibbles packed as Q4_0. Each value is a small integer times a
+// power of two, so the product is exact (ggml's x0 * d, with x0 the int8 table entry).
+void dequant_mxfp4(const uint8_t* src, float* dst, int64_t n) {
+  for (int64_t b = 0; b < n / 32; ++b, src += 17, dst += 32) {
+    const float d = mxfp4_scale(src[0]);
+    const uint8_t* qs = src + 1;
+    for (int j = 0; j < 16; ++j) {
+      dst[j] = static_cast<float>(kMxfp4Values[qs[j] & 0x0F]) * d;
+      dst[j + 16] = static_cast<float>(kMxfp4Values[qs[j] >> 4]) * d;
+    }
+  }
+}
+
 // ---------------------------------------------------------------------------------------------
 // Reference quantisers: round-to-nearest with one scale per block, as ggml's *_ref functions
 // (same float expressions, so the bytes match llama-quantize's output without an imatrix).
@@ -453,6 +469,12 @@ uint16_t fp32_to_fp16(float f) {
 
 float bf16_to_fp32(uint16_t h) { return bits_f32(static_cast<uint32_t>(h) << 16); }
 
+// The bits of 2^(e - 128): exponent field e - 1 for e >= 2; below that the subnormals 2^-128
+// (0x00200000) and 2^-127 (0x00400000), i.e. 0x00200000 << e (ggml_e8m0_to_fp32_half).
+float mxfp4_scale(uint8_t e) {
+  return bits_f32(e < 2 ? 0x00200000u << e : static_cast<uint32_t>(e - 1) << 23);
+}
+
 uint16_t fp32_to_bf16(float f) {
   const uint32_t u = f32_bits(f);
   if ((u & 0x7FFFFFFFu) > 0x7F800000u) return static_cast<uint16_t>((u >> 16) | 0x40u);  // quiet NaN
@@ -489,6 +511,7 @@ void dequantize_row(GgmlType t, const void* src, float* dst, int64_t n) {
     case GgmlType::Q6_K: dequant_q6_k(s, dst, n); return;
     case GgmlType::IQ4_NL: dequant_iq4_nl(s, dst, n); return;
     case GgmlType::IQ4_XS: dequant_iq4_xs(s, dst, n); return;
+    case GgmlType::MXFP4: dequant_mxfp4(s, dst, n); return;
     default: break;
   }
   fail("dequantize_row: no dequantiser for type {}", tr.name);

@@ -11,11 +11,14 @@
 //     bits against one f16 super-block scale, and the elements re-rounded with the final scales.
 //   * IQ4_NL / IQ4_XS: 4-bit indices into a fixed non-uniform table; the block scale is searched
 //     over 15 candidates around the one that maps the extreme element onto the table's end.
+//   * MXFP4: a power-of-two scale from the block's largest magnitude, then each element to the
+//     nearest table entry (no search: ggml ignores an importance matrix for this type).
 // The tests compare every type against llama-quantize's bytes on golden data.
 //
 // Block layouts: see ggml_types.cpp (the dequantisers) and ../shared/golden/dequant/README.md.
 #include <algorithm>
 #include <cmath>
+#include <cstdint>
 #include <cstring>
 
 #include "common/error.h"
@@ -734,6 +737,48 @@ void quant_q8_k(const float* x, uint8_t* dst, int64_t n) {
   }
 }
 
+// ---------------------------------------------------------------------------------------------
+// MXFP4 (quantize_row_mxfp4_ref). The scale exponent puts amax in [8, 16) scale units:
+// e = floor(log2(amax)) - 2 + 127, so d = mxfp4_scale(e) = 2^(floor(log2 amax) - 3) and the largest
+// element lands on table entry 8 or 12. Each element then takes the first table index of least
+// |value * d - x| (ties go to the lower index, so 0 is code 0, never the -0 of code 8; x = 5d is 4,
+// not 6).
+
+// ggml converts the float e to uint8_t directly; for amax below 2^-125 that float is negative, which
+// C leaves undefined and x86 compilers do as a truncation to int32 (cvttss2si: out of range gives
+// INT32_MIN) keeping the low byte. The same here, defined.
+inline uint8_t mxfp4_exponent(float amax) {
+  if (!(amax > 0.0f)) return 0;
+  const float v = std::floor(std::log2(amax)) - 2.0f + 127.0f;
+  const int32_t i = (v >= -2147483648.0f && v < 2147483648.0f) ? static_cast<int32_t>(v) : INT32_MIN;
+  return static_cast<uint8_t>(static_cast<uint32_t>(i) & 0xFFu);
+}
+
+inline uint8_t mxfp4_best_index(float x, float d) {
+  int best = 0;
+  float best_err = std::fabs(static_cast<float>(kMxfp4Values[0]) * d - x);
+  for (int i = 1; i < 16; ++i) {
+    const float err = std::fabs(static_cast<float>(kMxfp4Values[i]) * d - x);
+    if (err < best_err) {
+      best = i;
+      best_err = err;
+    }
+  }
+  return static_cast<uint8_t>(best);
+}
+
+void quant_mxfp4(const float* x, uint8_t* dst, int64_t n) {
+  for (int64_t b = 0; b < n / 32; ++b, x += 32, dst += 17) {
+    float amax = 0.0f;
+    for (int j = 0; j < 32; ++j) amax = std::max(amax, std::fabs(x[j]));  // (NaN never wins, as in ggml)
+    const uint8_t e = mxfp4_exponent(amax);
+    const float d = mxfp4_scale(e);
+    dst[0] = e;
+    for (int j = 0; j < 16; ++j)
+      dst[1 + j] = static_cast<uint8_t>(mxfp4_best_index(x[j], d) | (mxfp4_best_index(x[j + 16], d) << 4));
+  }
+}
+
 }  // namespace
 
 namespace detail {
@@ -751,6 +796,7 @@ bool quantize_row_extended(GgmlType t, const float* src, uint8_t* dst, int64_t n
     case GgmlType::IQ4_NL: quant_iq4_nl(src, dst, n); return true;
     case GgmlType::IQ4_XS: quant_iq4_xs(src, dst, n); return true;
     case GgmlType::Q8_K: quant_q8_k(src, dst, n); return true;
+    case GgmlType::MXFP4: quant_mxfp4(src, dst, n); return true;
     default: return false;
   }
 }
@@ -762,7 +808,7 @@ bool can_quantize(GgmlType t) {
     case GgmlType::F32: case GgmlType::F16: case GgmlType::BF16: case GgmlType::Q8_0: case GgmlType::Q4_0:
     case GgmlType::Q4_1: case GgmlType::Q5_0: case GgmlType::Q5_1: case GgmlType::Q2_K: case GgmlType::Q3_K:
     case GgmlType::Q4_K: case GgmlType::Q5_K: case GgmlType::Q6_K: case GgmlType::IQ4_NL: case GgmlType::IQ4_XS:
-    case GgmlType::Q8_K:
+    case GgmlType::Q8_K: case GgmlType::MXFP4:
       return true;
     default:
       return false;

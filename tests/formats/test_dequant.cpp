@@ -58,7 +58,7 @@ TEST(GgmlTypes, TableHasSpecSizes) {
 
 TEST(GgmlTypes, KnownIsExactlyTheEnumValues) {
   const uint32_t defined[] = {0,  1,  2,  3,  6,  7,  8,  9,  10, 11, 12, 13, 14, 15, 16, 17,
-                              18, 19, 20, 21, 22, 23, 24, 25, 26, 27, 28, 29, 30, 34, 35};
+                              18, 19, 20, 21, 22, 23, 24, 25, 26, 27, 28, 29, 30, 34, 35, 39};
   for (uint32_t id = 0; id < 64; ++id) {
     bool is_defined = false;
     for (uint32_t d : defined) is_defined |= d == id;
