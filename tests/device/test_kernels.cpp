@@ -78,7 +78,8 @@ std::vector<int> f16_fields(GgmlType t) {
   }
 }
 
-// Random weights of type t. Types with a quantiser are quantised from Gaussian values; the others
+// Random weights of type t. Types with a quantiser (and MXFP4, whose random scale bytes would span
+// 2^-128 .. 2^127) are quantised from Gaussian values; the others
 // (Q4_1, Q5_0, Q5_1, K-quants) get random quant bits and small random fp16 scales / mins.
 Weights make_weights(GgmlType t, int64_t N, int64_t K, uint32_t seed) {
   Weights w{t, N, K, {}, {}};
@@ -86,7 +87,7 @@ Weights make_weights(GgmlType t, int64_t N, int64_t K, uint32_t seed) {
   w.bytes.resize(rb * N);
   const std::vector<float> src = randn(static_cast<size_t>(N * K), seed, 0.5f);
   if (t == GgmlType::F32 || t == GgmlType::F16 || t == GgmlType::BF16 || t == GgmlType::Q8_0 ||
-      t == GgmlType::Q4_0) {
+      t == GgmlType::Q4_0 || t == GgmlType::MXFP4) {
     for (int64_t n = 0; n < N; ++n) quantize_row(t, src.data() + n * K, w.bytes.data() + n * rb, K);
   } else {
     std::mt19937 rng(seed);
@@ -146,7 +147,8 @@ std::vector<MatmulCase> matmul_cases() {
   return {{GgmlType::F32, "F32", any},   {GgmlType::F16, "F16", any},   {GgmlType::BF16, "BF16", any},
           {GgmlType::Q8_0, "Q8_0", q32}, {GgmlType::Q4_0, "Q4_0", q32}, {GgmlType::Q4_1, "Q4_1", q32},
           {GgmlType::Q5_0, "Q5_0", q32}, {GgmlType::Q5_1, "Q5_1", q32}, {GgmlType::Q4_K, "Q4_K", {256, 512}},
-          {GgmlType::Q5_K, "Q5_K", {256, 512}}, {GgmlType::Q6_K, "Q6_K", {256, 512}}};
+          {GgmlType::Q5_K, "Q5_K", {256, 512}}, {GgmlType::Q6_K, "Q6_K", {256, 512}},
+          {GgmlType::MXFP4, "MXFP4", q32}};
 }
 
 
@@ -227,6 +229,18 @@ void decode_block(GgmlType t, const uint8_t* b, WBlock& o) {
       for (int j = 0; j < 32; ++j) o.w[j] = static_cast<int8_t>(b[2 + j]);
       o.d = f16_at(b);
       return;
+    case GgmlType::MXFP4: {
+      // OCP MX: E2M1 codes (sign, 2 exponent bits of bias 1, 1 mantissa bit; exponent 0 is
+      // subnormal) whose doubled values are integers, and an E8M0 scale 2^(e - 127), halved.
+      for (int j = 0; j < 32; ++j) {
+        const int c = j < 16 ? (b[1 + j] & 15) : (b[1 + j - 16] >> 4);
+        const int ex = (c >> 1) & 3, man = c & 1;
+        const int twice = ex == 0 ? man : (2 + man) << (ex - 1);
+        o.w[j] = (c & 8) ? -twice : twice;
+      }
+      o.d = std::ldexp(1.0f, b[0] - 128);
+      return;
+    }
     case GgmlType::Q4_K: case GgmlType::Q5_K: {
       const uint8_t* sc = b + 4;
       for (int j = 0; j < 8; ++j) {
@@ -508,7 +522,7 @@ TEST_P(KernelIsa, Int8PrequantizedActivationsMatchModelBitForBit) {
 // Activations with extremes: all zeros (scale 0), one huge element per block, and exact ties
 // (amax = 127 makes x * 127 / amax = x, and x = k + 0.5 rounds to even).
 TEST_P(KernelIsa, Int8MatmulEdgeActivations) {
-  for (GgmlType t : {GgmlType::Q8_0, GgmlType::Q4_0, GgmlType::Q5_1, GgmlType::Q4_K, GgmlType::Q6_K}) {
+  for (GgmlType t : {GgmlType::Q8_0, GgmlType::Q4_0, GgmlType::Q5_1, GgmlType::Q4_K, GgmlType::Q6_K, GgmlType::MXFP4}) {
     SCOPED_TRACE(std::string(ggml_type_name(t)));
     const int64_t K = 512, N = 19, M = 3;
     const Weights w = make_weights(t, N, K, 41);
@@ -528,7 +542,8 @@ TEST_P(KernelIsa, Int8MatmulEdgeActivations) {
 // cuts, single rows) gives the same bits, for decode and prefill.
 TEST_P(KernelIsa, Int8MatmulIndependentOfSplit) {
   uint32_t seed = 800;
-  for (GgmlType t : {GgmlType::Q4_0, GgmlType::Q8_0, GgmlType::Q5_0, GgmlType::Q4_K, GgmlType::Q5_K, GgmlType::Q6_K}) {
+  for (GgmlType t : {GgmlType::Q4_0, GgmlType::Q8_0, GgmlType::Q5_0, GgmlType::Q4_K, GgmlType::Q5_K, GgmlType::Q6_K,
+                     GgmlType::MXFP4}) {
     for (int64_t M : {1, 7}) {
       SCOPED_TRACE(std::string(ggml_type_name(t)) + " M=" + std::to_string(M));
       const int64_t K = 768, N = 100;
@@ -610,6 +625,33 @@ TEST_P(KernelIsa, Q8_0DecodeEdges) {
           ASSERT_TRUE(bits_equal(got, want));
         }
       }
+    }
+  }
+}
+
+// MXFP4 blocks with every scale byte (0 and 1 are the subnormal scales 2^-128, 2^-127; 255 is read
+// as 2^127) and raw codes (-0 included, which the quantiser never writes), in rows and in panels,
+// decode and prefill: every path gives the model's bits. The activations are small enough
+// (|x| < 2^-12) that no product overflows, and the smallest scales make subnormal products.
+TEST_P(KernelIsa, Mxfp4EveryScaleByteMatchesModelBitForBit) {
+  uint32_t seed = 1700;
+  for (int64_t K : {32, 256, 544}) {
+    const int64_t N = 40;
+    Weights w = make_weights(GgmlType::MXFP4, N, K, seed++);
+    std::mt19937 rng(seed++);
+    for (uint8_t& b : w.bytes) b = static_cast<uint8_t>(rng());
+    for (size_t off = 0, i = 0; off < w.bytes.size(); off += 17, ++i) w.bytes[off] = static_cast<uint8_t>(i * 37 % 256);
+    std::vector<uint8_t> packed(weight_bytes(GgmlType::MXFP4, N, K, WeightLayout::Panels16));
+    pack_panels16(GgmlType::MXFP4, w.bytes.data(), N, K, packed.data(), 0, (N + 15) / 16);
+    for (int64_t M : {1, 3, 9}) {
+      SCOPED_TRACE("K=" + std::to_string(K) + " M=" + std::to_string(M));
+      const std::vector<float> x = randn(static_cast<size_t>(M * K), seed++, 1.0f / 8192);
+      const std::vector<float> want = int8_model_matmul(x, M, w, nullptr, nullptr);
+      ASSERT_TRUE(bits_equal(run_matmul(x, M, w, nullptr, nullptr, {{0, 16}, {16, N}}), want));
+      std::vector<float> got(static_cast<size_t>(M * N)), work(static_cast<size_t>(matmul_work_floats(K)));
+      matmul(x.data(), M, K, packed.data(), GgmlType::MXFP4, nullptr, nullptr, got.data(), N, 0, N, work.data(), nullptr,
+             WeightLayout::Panels16);
+      ASSERT_TRUE(bits_equal(got, want)) << "panels16";
     }
   }
 }
@@ -1296,7 +1338,7 @@ TEST(KernelErrors, BadArgumentsThrow) {
 // ---- the scalar-only kernels -----------------------------------------------------------------
 
 TEST(Kernels, EmbedRowsDequantisesAndZeroesBadIds) {
-  for (GgmlType t : {GgmlType::F32, GgmlType::F16, GgmlType::Q8_0, GgmlType::Q4_0, GgmlType::Q5_1}) {
+  for (GgmlType t : {GgmlType::F32, GgmlType::F16, GgmlType::Q8_0, GgmlType::Q4_0, GgmlType::Q5_1, GgmlType::MXFP4}) {
     const int64_t V = 10, D = 64;
     const Weights w = make_weights(t, V, D, 3);
     const std::vector<int32_t> ids = {3, 0, -1, 9, 10, 3};
@@ -1318,7 +1360,8 @@ TEST(Kernels, EmbedRowsDequantisesAndZeroesBadIds) {
 // bits, including the last panel's rows (V not a multiple of 16) and the 2-byte row tails of Q4_0.
 TEST(Kernels, EmbedRowsReadsPanels16TablesAsRows) {
   for (auto [t, D] : std::vector<std::pair<GgmlType, int64_t>>{
-           {GgmlType::Q8_0, 64}, {GgmlType::Q4_0, 96}, {GgmlType::Q5_0, 64}, {GgmlType::Q4_K, 256}, {GgmlType::Q6_K, 256}}) {
+           {GgmlType::Q8_0, 64}, {GgmlType::Q4_0, 96}, {GgmlType::Q5_0, 64}, {GgmlType::Q4_K, 256}, {GgmlType::Q6_K, 256},
+           {GgmlType::MXFP4, 96}}) {
     SCOPED_TRACE(ggml_type_name(t));
     const int64_t V = 37;
     const Weights w = make_weights(t, V, D, 5);

@@ -158,6 +158,17 @@ struct ScalarIO {
   NPULLM_HOT static VI loadp(const uint8_t* p) { return u32_at(p); }
   NPULLM_HOT static VF f16lo(VI v) { return fp16_to_fp32(static_cast<uint16_t>(v)); }
   NPULLM_HOT static VF f16hi(VI v) { return fp16_to_fp32(static_cast<uint16_t>(v >> 16)); }
+  NPULLM_HOT static VI lut16(VI v, const uint8_t (&t)[16]) {
+    VI r = 0;
+    for (int i = 0; i < 4; ++i) r |= static_cast<uint32_t>(t[(v >> (8 * i)) & 15u]) << (8 * i);
+    return r;
+  }
+  NPULLM_HOT static VI max_s32(VI a, VI b) { return static_cast<int32_t>(a) > static_cast<int32_t>(b) ? a : b; }
+  NPULLM_HOT static VF as_float(VI v) {
+    float f;
+    std::memcpy(&f, &v, 4);
+    return f;
+  }
 
   NPULLM_HOT static VF zerof() { return 0.0f; }
   NPULLM_HOT static VF bcastf(float f) { return f; }

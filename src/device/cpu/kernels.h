@@ -34,7 +34,7 @@ void rmsnorm_rows(const float* x, const float* w, float* out, int64_t D, float e
 //  - F32 activations (F32, F16, BF16, Q2_K, Q3_K, IQ4_NL, IQ4_XS): out[m, n] is the float dot
 //    product of x[m, :] with the exactly dequantised row n, accumulated in one fixed order per
 //    code path.
-//  - int8 activations (Q4_0, Q4_1, Q5_0, Q5_1, Q8_0: Q8_0-style blocks of 32; Q4_K, Q5_K, Q6_K:
+//  - int8 activations (Q4_0, Q4_1, Q5_0, Q5_1, Q8_0, MXFP4: Q8_0-style blocks of 32; Q4_K, Q5_K, Q6_K:
 //    Q8_K-style blocks of 256), as llama.cpp does on the CPU: each row of x is quantised to int8
 //    per block, the dot product of each weight block is an exact integer, and the blocks' scaled
 //    sums are accumulated in one float chain per output. The exact rules are in kernels_int8.h;

@@ -217,6 +217,12 @@ struct Avx2IO {
   }
   NPULLM_HOT static VF f16lo(VI v) { return _mm256_cvtph_ps(low_halves(v)); }
   NPULLM_HOT static VF f16hi(VI v) { return _mm256_cvtph_ps(low_halves(_mm256_srli_epi32(v, 16))); }
+  // (The table is a constant: its broadcast is hoisted out of the loops.)
+  NPULLM_HOT static VI lut16(VI v, const uint8_t (&t)[16]) {
+    return _mm256_shuffle_epi8(_mm256_broadcastsi128_si256(_mm_loadu_si128(reinterpret_cast<const __m128i*>(t))), v);
+  }
+  NPULLM_HOT static VI max_s32(VI a, VI b) { return _mm256_max_epi32(a, b); }
+  NPULLM_HOT static VF as_float(VI v) { return _mm256_castsi256_ps(v); }
 
   NPULLM_HOT static VF zerof() { return _mm256_setzero_ps(); }
   NPULLM_HOT static VF bcastf(float f) { return _mm256_set1_ps(f); }

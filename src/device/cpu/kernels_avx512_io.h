@@ -39,7 +39,15 @@ struct Avx512IO {
   NPULLM_HOT static VI srai(VI v, int n) { return _mm512_srai_epi32(v, static_cast<unsigned>(n)); }
 #ifdef __AVX512VBMI2__
   NPULLM_HOT static VI mid16(VI lo, VI hi) { return _mm512_shrdi_epi32(lo, hi, 16); }
+  template <int L>
+  NPULLM_HOT static VI shr_bytes(VI lo, VI hi) { return _mm512_shrdi_epi32(lo, hi, 8 * L); }
 #endif
+  // (The table is a constant: its broadcast is hoisted out of the loops.)
+  NPULLM_HOT static VI lut16(VI v, const uint8_t (&t)[16]) {
+    return _mm512_shuffle_epi8(_mm512_broadcast_i32x4(_mm_loadu_si128(reinterpret_cast<const __m128i*>(t))), v);
+  }
+  NPULLM_HOT static VI max_s32(VI a, VI b) { return _mm512_max_epi32(a, b); }
+  NPULLM_HOT static VF as_float(VI v) { return _mm512_castsi512_ps(v); }
   NPULLM_HOT static VI dot_u8(VI acc, VI w, VI x) { return _mm512_dpbusd_epi32(acc, w, x); }
   NPULLM_HOT static VI dot2_u8(VI acc, const VI* w, const VI* x) {
     return _mm512_dpbusd_epi32(_mm512_dpbusd_epi32(acc, w[0], x[0]), w[1], x[1]);

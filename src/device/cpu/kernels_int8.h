@@ -1,5 +1,5 @@
 // Internal to the CPU kernels: matmul with int8 activations for the block-quantised weight types
-// Q4_0, Q4_1, Q5_0, Q5_1, Q8_0 (activations quantised like Q8_0: 32 values per scale) and Q4_K,
+// Q4_0, Q4_1, Q5_0, Q5_1, Q8_0, MXFP4 (activations quantised like Q8_0: 32 values per scale) and Q4_K,
 // Q5_K, Q6_K (activations quantised like Q8_K: 256 values per scale). This is the arithmetic
 // llama.cpp uses on the CPU (golden/README.md, section 4), done with integer dot products:
 // AVX-512 VNNI (vpdpbusd), AVX2 (vpmaddubsw + vpmaddwd) or plain C++ (kernels.cpp). On CPUs with
@@ -27,6 +27,9 @@
 // Output. out[m, n] = (acc + bias[n]) + res[m, n] with acc a float chain over the weight blocks b
 // of row n in increasing order, starting at +0:
 //   Q4_0, Q5_0, Q8_0:  I = sum_k w_k q_k (exact int),       acc = fma(float(I), dx * dw, acc)
+//   MXFP4:             as Q4_0 with w_k = kMxfp4Values[nibble] (in [-12, 12]) and dw = 2^(e - 128)
+//                      (mxfp4_scale: the power of two as a float, so dx * dw rounds only below
+//                      the normal range, the same way on every path)
 //   Q4_1, Q5_1:        as above with unsigned w, then        acc = fma(mw, dx * float(sum_k q_k), acc)
 //   Q4_K, Q5_K:        Isc = sum_j sc_j I_j, Imn = sum_j mn_j (sum of q over sub-block j),
 //                      acc = fma(float(Isc), dx * d, acc); acc = fma(float(-Imn), dx * dmin, acc)
@@ -42,8 +45,8 @@
 // A panel is IO::R consecutive weight rows (16 for AVX-512, 8 for AVX2, 1 for scalar); lane r of
 // every vector belongs to row r. A block of the panel is decoded ("transposed") into 8 int vectors
 // G_0..G_7 per 32 elements: byte i of lane r of G_g is the quant of element 4g + i of row r, as an
-// unsigned byte w + off (off = 8 for Q4_0, 16 for Q5_0, 128 for Q8_0 on VNNI, 32 for Q6_K, 0 for
-// the rest). A dot product step is then IO::dot(acc, G_g, broadcast of x's 4 bytes 4g..4g+3):
+// unsigned byte w + off (off = 8 for Q4_0, 16 for Q5_0, 128 for Q8_0 on VNNI, 32 for Q6_K, 12 for
+// MXFP4, 0 for the rest). A dot product step is then IO::dot(acc, G_g, broadcast of x's 4 bytes 4g..4g+3):
 // lane r adds sum_i G_g[r][i] * q[4g+i]. The offset's contribution, -off * sum(q), is the value
 // the int accumulator starts from (precomputed per x block by the quantiser), so after the 8 steps
 // lane r holds exactly I for row r. One float step per block then updates R outputs at once: the
@@ -81,6 +84,7 @@ enum class ActFormat { None, Q8_0, Q8_K };
 constexpr ActFormat act_format(GgmlType t) {
   switch (t) {
     case GgmlType::Q4_0: case GgmlType::Q4_1: case GgmlType::Q5_0: case GgmlType::Q5_1: case GgmlType::Q8_0:
+    case GgmlType::MXFP4:
       return ActFormat::Q8_0;
     case GgmlType::Q4_K: case GgmlType::Q5_K: case GgmlType::Q6_K:
       return ActFormat::Q8_K;
@@ -123,6 +127,7 @@ constexpr int64_t unit_bytes(GgmlType t) {
     case GgmlType::Q5_0: return 22;
     case GgmlType::Q5_1: return 24;
     case GgmlType::Q8_0: return 34;
+    case GgmlType::MXFP4: return 17;
     case GgmlType::Q4_K: return 144;
     case GgmlType::Q5_K: return 176;
     default: return 210;  // Q6_K
@@ -190,6 +195,9 @@ constexpr int64_t int8_work_bytes(int64_t K) {
 //   zerof(), bcastf(f), addf, mulf, fmaf (fused: one rounding), cvt(v) (int32 -> float, nearest)
 //   loadf_n(p, n) / storef_n(p, v, n): the first n lanes (others 0 / untouched)
 //   quant_row32, quant_block256: activation quantisation (see quantize_chunk)
+//   lut16(v, t):        byte i of each lane = t[byte i of v] (bytes of v below 16): vpshufb
+//   max_s32(a, b):      the larger of each lane as signed int32; as_float(v): the lane's bits as a float
+// Optional: shr_bytes<L>(lo, hi) = lo >> 8L | hi << (32 - 8L) per lane (AVX-512 VBMI2's vpshrdd).
 // Optional (kRowQ8 = true): the row-wise Q8_0 decode primitives q8_act, q8_rows, row_index,
 // gather_at, f16lo_w / f16hi_w (see gemv_q8_rows and kernels_avx512.cpp).
 
@@ -207,6 +215,56 @@ template <class IO>
 NPULLM_HOT typename IO::VI or_hbit4(typename IO::VI v, typename IO::VI h, int s) {
   if constexpr (requires { IO::or_hbit4(v, h, s); }) return IO::or_hbit4(v, h, s);
   else return IO::or_(v, IO::hbit4(h, s));
+}
+
+// ---- MXFP4 --------------------------------------------------------------------------------------
+//
+// A 17-byte block (e | qs[16], nibbles packed as Q4_0) decodes like Q4_0 with one table lookup per
+// vector of nibbles: code c becomes the unsigned byte kMxfp4Values[c] + 12, in [0, 24] (the four-group
+// dot steps of the nibble types take it), and the accumulator starts at -12 * sum(q) (x.c). Blocks are
+// not 2-byte aligned, so a field can start at any byte of a dword: shift_dword.
+inline constexpr uint8_t kMxfp4Bytes[16] = {12, 13, 14, 15, 16, 18, 20, 24, 12, 11, 10, 9, 8, 6, 4, 0};
+constexpr int32_t kMxfp4Off = 12;
+
+// The dword that starts L bytes (0..3) into d[0]: d[0] >> 8L | d[1] << (32 - 8L), lane by lane.
+template <class IO, int L>
+NPULLM_HOT typename IO::VI shift_dword(const typename IO::VI* d) {
+  if constexpr (L == 0) return d[0];
+  else if constexpr (L == 2) return mid16<IO>(d[0], d[1]);
+  else if constexpr (requires { IO::template shr_bytes<L>(d[0], d[1]); }) return IO::template shr_bytes<L>(d[0], d[1]);
+  else return IO::or_(IO::srli(d[0], 8 * L), IO::slli(d[1], 32 - 8 * L));
+}
+
+// dw = 2^(e - 128) from the scale byte e of each lane (other bytes zero), the bits of mxfp4_scale:
+// (e - 1) << 23 for e >= 2, (e + 1) << 21 (the subnormals 2^-128, 2^-127) for e < 2. As signed
+// int32 the right one is always the larger: below 2 the first is 0 or negative, from 2 on it
+// exceeds the second by (3e - 5) << 21.
+template <class IO>
+NPULLM_HOT typename IO::VF mxfp4_dw(typename IO::VI e) {
+  const typename IO::VI a = IO::add(IO::slli(e, 23), IO::set1(-(1 << 23)));
+  const typename IO::VI b = IO::add(IO::slli(e, 21), IO::set1(1 << 21));
+  return IO::as_float(IO::max_s32(a, b));
+}
+
+// G vectors and dw (dec[0..8]) of one block from its 4 qs dwords and a vector whose low byte per
+// lane is e.
+template <class IO>
+NPULLM_HOT void mxfp4_to_g(const typename IO::VI* qs, typename IO::VI e, typename IO::VI* dec) {
+  NPULLM_UNROLL_I8
+  for (int g = 0; g < 4; ++g) {
+    dec[g] = IO::lut16(IO::and_(qs[g], 0x0F0F0F0F), kMxfp4Bytes);
+    dec[g + 4] = IO::lut16(IO::and_(IO::srli(qs[g], 4), 0x0F0F0F0F), kMxfp4Bytes);
+  }
+  reinterpret_cast<typename IO::VF*>(dec)[8] = mxfp4_dw<IO>(IO::and_(e, 0xFF));
+}
+
+// The block whose first byte is byte L of dword d[0] (d: the dwords that hold it, 5 at most).
+template <class IO, int L>
+NPULLM_HOT void mxfp4_fields(const typename IO::VI* d, typename IO::VI* dec) {
+  typename IO::VI qs[4];
+  NPULLM_UNROLL_I8
+  for (int g = 0; g < 4; ++g) qs[g] = shift_dword<IO, (L + 1) % 4>(d + (L + 1) / 4 + g);
+  mxfp4_to_g<IO>(qs, L == 0 ? d[0] : IO::srli(d[0], 8 * L), dec);
 }
 
 // R consecutive rows of W starting at n; rows past the matrix repeat the last one (their lanes
@@ -424,7 +482,7 @@ NPULLM_HOT void decode_unit(const PN& p, int64_t u, typename IO::VI* dec) {
   VF* decf = reinterpret_cast<VF*>(dec);
   constexpr int64_t tsz = T == GgmlType::Q4_0 ? 18 : T == GgmlType::Q4_1 ? 20 : T == GgmlType::Q5_0 ? 22
                         : T == GgmlType::Q5_1 ? 24 : T == GgmlType::Q8_0 ? 34 : T == GgmlType::Q4_K ? 144
-                        : T == GgmlType::Q5_K ? 176 : 210;
+                        : T == GgmlType::Q5_K ? 176 : T == GgmlType::MXFP4 ? 17 : 210;
   const int64_t o = u * tsz;  // byte offset of the block in its row
   if constexpr (T == GgmlType::Q4_0 || T == GgmlType::Q4_1 || T == GgmlType::Q5_0 || T == GgmlType::Q5_1) {
     // Nibble types: byte j of qs holds element j (low nibble) and j + 16 (high nibble), so dword g
@@ -446,6 +504,25 @@ NPULLM_HOT void decode_unit(const PN& p, int64_t u, typename IO::VI* dec) {
     }
     decf[8] = IO::f16lo(dm);
     if constexpr (T == GgmlType::Q4_1 || T == GgmlType::Q5_1) decf[9] = IO::f16hi(dm);
+  } else if constexpr (T == GgmlType::MXFP4) {
+    if constexpr (is_packed<PN>()) {
+      // A packed row is read in whole dwords: the 5 that hold the block, then its fields shifted
+      // by where it starts in the first (17 = 4 * 4 + 1, so every start occurs).
+      const int64_t lead = o & 3;
+      VI d[5];
+      NPULLM_UNROLL_I8
+      for (int i = 0; i < 5; ++i) d[i] = ld1<IO>(p, o - lead + 4 * i);
+      switch (lead) {
+        case 0: mxfp4_fields<IO, 0>(d, dec); break;
+        case 1: mxfp4_fields<IO, 1>(d, dec); break;
+        case 2: mxfp4_fields<IO, 2>(d, dec); break;
+        default: mxfp4_fields<IO, 3>(d, dec); break;
+      }
+    } else {  // rows: loads at any byte
+      VI t[4];
+      ld<4>(p, o + 1, t);
+      mxfp4_to_g<IO>(t, ld1<IO>(p, o), dec);
+    }
   } else if constexpr (T == GgmlType::Q8_0) {
     VI t[8];
     ld<8>(p, o + 2, t);
@@ -648,7 +725,8 @@ NPULLM_HOT void tile_unit(const typename IO::VI* const* dec, const XQ& x, int64_
   };
   if constexpr (act_format(T) == ActFormat::Q8_0) {
     // Blocks of 32: ia starts at -off * sum(q) (x.c), 8 dot steps make it I, one fma per block.
-    constexpr bool has_off = T == GgmlType::Q4_0 || T == GgmlType::Q5_0 || (T == GgmlType::Q8_0 && IO::kVnni);
+    constexpr bool has_off = T == GgmlType::Q4_0 || T == GgmlType::Q5_0 || T == GgmlType::MXFP4 ||
+                             (T == GgmlType::Q8_0 && IO::kVnni);
     VI ia[TM][P];
     NPULLM_UNROLL_I8
     for (int m = 0; m < TM; ++m) {
@@ -794,13 +872,15 @@ NPULLM_HOT void tile_unit(const typename IO::VI* const* dec, const XQ& x, int64_
 // IO::quant_block256(x, q, &d, sums16[16]) one Q8_K-style block, as described under Numerics
 // (d: the float the dot uses; sum: the sum of the block's q; sums16: sums of q per 16).
 // quantize_chunk fills XQ for rows [0, mc) of x (row stride K); the integer terms c are
-//   Q4_0 / Q5_0 / Q8_0 (VNNI): c[b] = -off * sum_b (the accumulator start: off = 8 / 16 / 128)
+//   Q4_0 / Q5_0 / Q8_0 (VNNI) / MXFP4: c[b] = -off * sum_b (the accumulator start: off = 8 / 16 /
+//     128 / 12)
 //   Q4_K / Q5_K: c[4u + i] = (-S_2i & 0xFFFF) | (-S_2i+1 << 16), S_j the sum of sub-block j (32)
 //   Q6_K:        c[16u + j] = -32 * (sum of sub-block j of 16)
 template <class IO>
 void quantize_chunk(GgmlType wt, const float* x, int64_t K, int64_t mc, XQ& xq) {
   const ActFormat f = act_format(wt);
-  const int32_t off = wt == GgmlType::Q4_0 ? 8 : wt == GgmlType::Q5_0 ? 16 : (wt == GgmlType::Q8_0 && IO::kVnni) ? 128 : 0;
+  const int32_t off = wt == GgmlType::Q4_0 ? 8 : wt == GgmlType::Q5_0 ? 16 : wt == GgmlType::MXFP4 ? kMxfp4Off
+                    : (wt == GgmlType::Q8_0 && IO::kVnni) ? 128 : 0;
   for (int64_t m = 0; m < mc; ++m) {
     const float* xr = x + m * K;
     int8_t* q = xq.q + m * xq.ldq;
@@ -1189,6 +1269,52 @@ NPULLM_HOT void gemv_octet(const PN& p, int64_t u0, const XQ& x, typename IO::VF
   }
 }
 
+// MXFP4, 8 blocks (136 bytes = 34 dwords) of the panel's rows for M <= kGemvMaxM, as gemv_octet:
+// the group's dwords D are loaded as they are first needed (rows: 32-byte transposes, then the last
+// 16 bytes; a packed panel, whose octets start on a dword since 136 = 4 * 34, a line at a time), and
+// block b, which starts at byte 17 b, takes its fields from them with shifts known at compile time.
+template <class IO, int TM, class PN>
+NPULLM_HOT void gemv_octet_mxfp4(const PN& p, int64_t u0, const XQ& x, typename IO::VF (&facc)[TM][1]) {
+  using VI = typename IO::VI;
+  constexpr int64_t total = 8 * 17;
+  constexpr int kLines = static_cast<int>(total / 4);  // a packed octet's lines
+  const auto uv = unit_at(p, (u0 >> 3) * total, total, fetch_ahead_bytes<GgmlType::MXFP4>());
+  const auto& pp = uv.first;
+  const int64_t o = uv.second;
+  // Packed (o is 0): the octet's fetches paced over its 8 blocks (paced_fetch).
+  constexpr bool paced = is_packed<PN>() && paces_fetch<IO>();
+  const uint8_t* pace_from = nullptr;
+  if constexpr (paced) pace_from = pp.fetch;
+  VI D[kLines];
+  int loaded = 0;  // dwords of D loaded so far
+  auto need = [&](int upto_dword) NPULLM_HOT_LAMBDA {  // makes D[0 .. upto_dword] available
+    while (loaded <= upto_dword) {
+      if constexpr (is_packed<PN>()) {
+        ld<1, IO, !paced>(pp, o + 4 * loaded, D + loaded);
+        loaded += 1;
+      } else if (loaded < 32) {
+        ld<8>(pp, o + 4 * loaded, D + loaded);
+        loaded += 8;
+      } else {
+        ld<4>(pp, o + 120, D + 30);  // the last 16 bytes (D[30], D[31] again, the same values)
+        loaded = kLines;
+      }
+    }
+  };
+  auto block = [&]<int B>() NPULLM_HOT_LAMBDA {
+    constexpr int f = 17 * B;  // the block's first byte in the group
+    need((f + 16) / 4);
+    if constexpr (paced) paced_fetch<kLines, 8>(pace_from, B);
+    VI dec[9];
+    mxfp4_fields<IO, f % 4>(D + f / 4, dec);
+    const VI* dp[1] = {dec};
+    tile_unit<IO, GgmlType::MXFP4, TM, 1>(dp, x, 0, u0 + B, facc);
+  };
+  [&]<int... B>(std::integer_sequence<int, B...>) NPULLM_HOT_LAMBDA {
+    (block.template operator()<B>(), ...);
+  }(std::make_integer_sequence<int, 8>{});
+}
+
 // ---- Q8_0 decode, row-wise (IO::kRowQ8, M = 1) -----------------------------------------------------
 //
 // Q8_0 has the least decode work per byte, so the transposition above (gemv_octet: 16 rows x 32
@@ -1352,7 +1478,8 @@ void gemv_panels(const uint8_t* W, size_t row_bytes, int64_t nu, const XQ& x, in
     }
     if constexpr (octets) {
       if (cnt == 8) {
-        gemv_octet<IO, T, TM, PN>(pan[0], u, x, facc);
+        if constexpr (T == GgmlType::MXFP4) gemv_octet_mxfp4<IO, TM, PN>(pan[0], u, x, facc);
+        else gemv_octet<IO, T, TM, PN>(pan[0], u, x, facc);
       } else {  // the last nu % 8 blocks: pairs, then a single one
         for (int64_t v = u; v < nu; v += 2) {
           const int c2 = nu - v < 2 ? 1 : 2;
@@ -1492,7 +1619,7 @@ void int8_matmul_layout(const float* x, int64_t M, int64_t K, const uint8_t* W, 
 #define NPULLM_I8_CASE(TYPE) \
     case GgmlType::TYPE: int8_matmul_typed<IO, PN, GgmlType::TYPE>(x, M, K, W, row_bytes, bias, res, out, N, n0, n1, work, xpre); return;
     NPULLM_I8_CASE(Q4_0) NPULLM_I8_CASE(Q4_1) NPULLM_I8_CASE(Q5_0) NPULLM_I8_CASE(Q5_1) NPULLM_I8_CASE(Q8_0)
-    NPULLM_I8_CASE(Q4_K) NPULLM_I8_CASE(Q5_K) NPULLM_I8_CASE(Q6_K)
+    NPULLM_I8_CASE(MXFP4) NPULLM_I8_CASE(Q4_K) NPULLM_I8_CASE(Q5_K) NPULLM_I8_CASE(Q6_K)
 #undef NPULLM_I8_CASE
     default: return;  // not reached: kernels.cpp routes only int8_supported types here
   }
