@@ -33,6 +33,19 @@ using json = nlohmann::ordered_json;
   } while (0)
 
 constexpr const char* kCases = "golden/chat/cases.json";
+// Jinja2's renderings made in this repository for templates ../shared does not hold (each file says
+// which tool in tests/tools made it): cases.json's format, plus per-case `variables` (the extra
+// arguments of apply_chat_template: reasoning_effort, tools, ...). The template is NAME.jinja beside.
+constexpr const char* kRepoCases[] = {"chat/harmony_cases.json"};
+
+json repo_cases() {
+  json all = json::array();
+  for (const char* f : kRepoCases) {
+    const json doc = json::parse(test::read_file(test::repo_data_path(f)));
+    for (const json& c : doc.at("cases")) all.push_back(c);
+  }
+  return all;
+}
 
 // The date the references were rendered with (strftime_now).
 RenderOptions fixed_date() {
@@ -111,7 +124,15 @@ TEST(ChatTemplateGolden, BuiltinTemplatesMatchReferences) {
     EXPECT_EQ(std::string(t.eos_token), token("eos_token")) << t.name;
     ++checked;
   }
-  EXPECT_GE(checked, 10u);
+  // Those whose reference copy is in tests/data (harmony).
+  for (const BuiltinTemplate& t : builtin_templates()) {
+    const std::string path = test::repo_data_path("chat/" + std::string(t.name) + ".jinja");
+    if (!std::filesystem::exists(path)) continue;
+    EXPECT_EQ(std::string(t.source), test::read_file(path)) << t.name;
+    ++checked;
+  }
+  EXPECT_GE(checked, 11u);
+  EXPECT_NE(find_builtin_template("harmony"), nullptr);
   EXPECT_NE(find_builtin_template("llama3"), nullptr);
   EXPECT_EQ(find_builtin_template("no-such-family"), nullptr);
 }
@@ -122,10 +143,11 @@ TEST(ChatTemplateGolden, BuiltinTemplatesMatchReferences) {
 // byte for byte. A built-in without golden cases fails, naming it.
 TEST(ChatTemplateGolden, BuiltinTemplatesRenderJinja2sText) {
   NPULLM_REQUIRE_SHARED(kCases);
-  const json doc = json::parse(test::read_file(test::shared_path(kCases)));
+  json cases = json::parse(test::read_file(test::shared_path(kCases))).at("cases");
+  for (const json& c : repo_cases()) cases.push_back(c);
   for (const BuiltinTemplate& t : builtin_templates()) {
     size_t n = 0;
-    for (const json& c : doc.at("cases")) {
+    for (const json& c : cases) {
       if (c.at("template").get<std::string>() != t.name) continue;
       ++n;
       const bool gen = c.at("add_generation_prompt").get<bool>();
@@ -134,7 +156,7 @@ TEST(ChatTemplateGolden, BuiltinTemplatesRenderJinja2sText) {
       std::string got, error;
       try {
         got = render_chat_template(std::string(t.source), c.at("messages"), gen, std::string(t.bos_token),
-                                   std::string(t.eos_token), json::object(), fixed_date());
+                                   std::string(t.eos_token), c.value("variables", json::object()), fixed_date());
       } catch (const Error& e) {
         error = e.what();
       }
@@ -145,8 +167,53 @@ TEST(ChatTemplateGolden, BuiltinTemplatesRenderJinja2sText) {
         EXPECT_EQ(got, c.at("expected").get<std::string>()) << where;
       }
     }
-    EXPECT_GE(n, 12u) << "built-in template " << t.name << " has no Jinja2 reference cases in " << kCases;
+    EXPECT_GE(n, 12u) << "built-in template " << t.name << " has no Jinja2 reference cases in " << kCases << " or tests/data";
   }
+}
+
+// gpt-oss's own chat template (tests/data/chat/harmony.jinja) against Jinja2's renderings of it
+// (tests/tools/make-harmony-golden.py): system / developer / user / assistant turns in
+// <|start|>role<|message|>...<|end|> framing, the analysis channel kept only on a last assistant turn
+// without a generation prompt, reasoning_effort, the model identity line, strftime_now's date, tools
+// as a TypeScript namespace, tool calls and results, built-in tools, and the template's own refusals.
+TEST(ChatTemplateGolden, HarmonyRendersLikeJinja2) {
+  const std::string source = test::read_file(test::repo_data_path("chat/harmony.jinja"));
+  ASSERT_FALSE(source.empty());
+  size_t passed = 0, n = 0, refused = 0;
+  for (const json& c : repo_cases()) {
+    if (c.at("template").get<std::string>() != "harmony") continue;
+    ++n;
+    const bool gen = c.at("add_generation_prompt").get<bool>();
+    const std::string where = "conversation '" + c.at("conversation").get<std::string>() + "', add_generation_prompt=" + (gen ? "true" : "false");
+    std::string got, error;
+    try {
+      got = render_chat_template(source, c.at("messages"), gen, c.at("bos_token").get<std::string>(), c.at("eos_token").get<std::string>(),
+                                 c.value("variables", json::object()), fixed_date());
+    } catch (const Error& e) {
+      error = e.what();
+    }
+    if (c.contains("expected_error")) {
+      ++refused;
+      const std::string want = c.at("expected_error").get<std::string>();
+      EXPECT_NE(error.find(want), std::string::npos) << where << ": error [" << error << "], rendered:\n" << got;
+      passed += error.find(want) != std::string::npos;
+    } else {
+      EXPECT_EQ(error, "") << where;
+      EXPECT_EQ(got, c.at("expected").get<std::string>()) << where;
+      passed += error.empty() && got == c.at("expected").get<std::string>();
+    }
+  }
+  EXPECT_GE(n, 24u);
+  EXPECT_GE(refused, 2u);
+  EXPECT_EQ(passed, n);
+  std::printf("[ chat ] %zu / %zu harmony (gpt-oss) cases identical to Jinja2\n", passed, n);
+  // The parts the format rests on, spelled out.
+  const std::string one = render_chat_template(source, json::parse(R"([{"role":"user","content":"Hi"}])"), true, "", "",
+                                               json::parse(R"({"reasoning_effort":"high"})"), fixed_date());
+  EXPECT_CONTAINS(one, "<|start|>system<|message|>You are ChatGPT, a large language model trained by OpenAI.\n");
+  EXPECT_CONTAINS(one, "Current date: 2026-11-29\n");
+  EXPECT_CONTAINS(one, "Reasoning: high\n");
+  EXPECT_CONTAINS(one, "<|start|>user<|message|>Hi<|end|><|start|>assistant");
 }
 
 // ---- whitespace control ---------------------------------------------------------------------

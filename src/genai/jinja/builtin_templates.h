@@ -1,5 +1,5 @@
 // Built-in chat templates of common model families (llama2, llama3, mistral, zephyr, phi3, chatml,
-// qwen3, gemma3, deepseek_v3, ...), looked up by name.
+// qwen3, gemma3, deepseek_v3, harmony, ...), looked up by name.
 #pragma once
 #include <span>
 #include <string_view>
