@@ -38,6 +38,15 @@ ChatFormat::ChatFormat(const std::string& choice, const Tokenizer& tok) {
     fail("chat template '{}' is neither a built-in template ({}) nor a file", choice, names);
   }
   jinja::Template check(source_, name_);  // parse now: a broken template fails at load, not mid-chat
+  harmony_ = source_.find("<|channel|>") != std::string::npos && source_.find("<|message|>") != std::string::npos;
+}
+
+std::vector<int32_t> ChatFormat::reply_end_ids(const Tokenizer& tok) const {
+  std::vector<int32_t> ids;
+  if (!harmony_) return ids;
+  for (const char* t : {"<|return|>", "<|call|>", "<|endoftext|>"})
+    if (const int32_t id = tok.find_token(t); id >= 0) ids.push_back(id);
+  return ids;
 }
 
 std::string ChatFormat::render(const std::vector<ChatMessage>& messages, bool add_generation_prompt) const {

@@ -24,12 +24,20 @@ class ChatFormat {
   // A rendered conversation -> ids: BOS added unless the template already wrote it, special tokens
   // parsed (the one rule for LLMPipeline's chats and the serving scheduler's requests).
   std::vector<int32_t> encode(const Tokenizer& tok, const std::string& rendered) const;
+  // Whether the template speaks harmony (gpt-oss: it writes <|channel|> and <|message|>): a reply
+  // is then a run of channel messages, of which only the final channel (and preambles) is the
+  // visible reply, split off by genai/chat/harmony_parser.h.
+  bool harmony() const { return harmony_; }
+  // The tokens that end a reply in this format besides EOS, those the vocabulary has: for harmony
+  // <|return|>, <|call|> (a tool call waits for its result) and <|endoftext|>; none otherwise.
+  std::vector<int32_t> reply_end_ids(const Tokenizer& tok) const;
   const std::string& name() const { return name_; }
   const std::string& bos_text() const { return bos_; }
   const std::string& source() const { return source_; }  // the Jinja source
 
  private:
   std::string name_, source_, bos_, eos_;
+  bool harmony_ = false;
 };
 
 }  // namespace npullm::genai

@@ -15,8 +15,11 @@
 #include <fmt/ranges.h>
 
 #include "common/error.h"
+#include "genai/chat/harmony_parser.h"
 #include "genai/chat_format.h"
 #include "genai/configs.h"
+#include "genai/grammar/compile.h"
+#include "genai/grammar/structured.h"
 #include "genai/open_model.h"
 #include "genai/sampling/sampler.h"
 #include "genai/sampling/stop_rules.h"
@@ -52,6 +55,7 @@ struct LLMPipeline::Impl {
   std::unique_ptr<genai::ChatFormat> format;  // created on start_chat
 
   std::vector<int32_t> kv_ids, pending;
+  std::shared_ptr<const genai::grammar::TokenTrie> token_trie;  // built on the first structured request
   bool chatting = false;
   bool history_dirty = false;                 // set_history(): the next turn renders and prefills all
   std::vector<ChatMessage> messages;
@@ -213,8 +217,19 @@ struct LLMPipeline::Impl {
     reprefill(ids, logits);
   }
 
+  // The request's grammar state (null for free text). End tokens: EOS (unless ignored) and the
+  // stop tokens, allowed only where the text is complete.
+  std::unique_ptr<genai::grammar::StructuredDecoder> structured_for(const GenerationConfig& g) {
+    if (g.structured.kind == StructuredOutput::Kind::None) return nullptr;
+    if (!token_trie) token_trie = genai::grammar::make_token_trie(*tok);
+    std::vector<int32_t> ends = g.stop_token_ids;
+    if (!g.ignore_eos && tok->eos() >= 0) ends.push_back(tok->eos());
+    return genai::grammar::StructuredDecoder::make(g.structured, token_trie, std::move(ends));
+  }
+
   GenerationResult run(std::vector<int32_t> incoming, const GenerationConfig& g, const Streamer& streamer) {
     const auto t_start = Clock::now();
+    std::unique_ptr<genai::grammar::StructuredDecoder> so = structured_for(g);
     prefill_ms = decode_ms = 0;
     decoded = reprefills = 0;
     const npuw::RuntimeStats before = rt->stats();
@@ -247,12 +262,17 @@ struct LLMPipeline::Impl {
 
     res.finish = FinishReason::Length;
     for (int64_t i = 0; i < g.max_new_tokens; ++i) {
-      const int32_t id = sampler.sample(logits);
+      if (so && so->must_end()) {  // the grammar is complete and nothing may follow
+        res.finish = FinishReason::Eos;
+        break;
+      }
+      const int32_t id = so ? so->sample(sampler, logits) : sampler.sample(logits);
       if (i == 0) res.metrics.ttft_ms = ms_between(t_start, Clock::now());
       if (stop_ids.contains(id)) {
         res.finish = id == tok->eos() && !g.ignore_eos ? FinishReason::Eos : FinishReason::StopToken;
         break;
       }
+      if (so) so->accept(id);
       sampler.accept(id);
       res.ids.push_back(id);
       const genai::StopStep step = stop.push(decoder.push(id));
@@ -341,12 +361,30 @@ struct LLMPipeline::Impl {
       n_keep = system_tokens();
     }
     history_dirty = false;
+    // A harmony reply (gpt-oss) streams its reasoning first: only the final channel is shown, kept
+    // in the history and returned as the text (the template drops earlier turns' reasoning anyway).
+    GenerationConfig gc = g;
+    std::optional<genai::HarmonyParser> harmony;
+    Streamer shown = streamer;
+    if (format->harmony()) {
+      harmony.emplace();
+      for (int32_t id : format->reply_end_ids(*tok)) gc.stop_token_ids.push_back(id);
+      shown = [&](std::string_view piece) {
+        const std::string content = harmony->feed(piece).content;
+        return content.empty() || !streamer || streamer(content);
+      };
+    }
     GenerationResult r;
     try {
-      r = run(std::move(incoming), g, streamer);
+      r = run(std::move(incoming), gc, shown);
     } catch (const ContextLengthError&) {
       messages.pop_back();  // the turn did not happen; the state was only shifted or re-prefilled
       throw;
+    }
+    if (harmony) {
+      const std::string rest = harmony->finish().content;
+      if (!rest.empty() && streamer && r.finish != FinishReason::Cancelled) streamer(rest);
+      r.text = harmony->content();
     }
     r.metrics.reprefills += extra_reprefill;
     messages.push_back({"assistant", r.text});
@@ -372,6 +410,7 @@ LLMPipeline::LLMPipeline(const std::string& model_path, const PipelineConfig& cf
 LLMPipeline::~LLMPipeline() = default;
 
 GenerationResult LLMPipeline::generate(const std::string& prompt, const GenerationConfig& cfg, const Streamer& streamer) {
+  genai::grammar::compile(cfg.structured);  // a refused schema / grammar throws here, before the state changes
   if (impl_->chatting) return impl_->chat_turn(prompt, cfg, streamer);
   impl_->clear_state();
   std::vector<int32_t> ids = impl_->tok->encode(prompt, /*add_bos=*/true);
@@ -380,6 +419,7 @@ GenerationResult LLMPipeline::generate(const std::string& prompt, const Generati
 }
 
 GenerationResult LLMPipeline::generate_ids(const std::vector<int32_t>& ids, const GenerationConfig& cfg, const Streamer& streamer) {
+  genai::grammar::compile(cfg.structured);
   impl_->clear_state();
   impl_->n_keep = !ids.empty() && ids[0] == impl_->tok->bos() ? 1 : 0;
   return impl_->run(ids, cfg, streamer);

@@ -67,6 +67,7 @@ struct Channel {
   std::mutex m;
   std::condition_variable cv;
   std::deque<std::string> pieces;
+  std::deque<std::string> reasoning;  // a harmony chat's reasoning pieces (ServeRequest::split_reasoning)
   bool done = false;
   genai::ServeResult result;
   std::atomic<bool> gone{false};  // the client went away: the scheduler stops the request
@@ -552,6 +553,15 @@ struct HttpServer::Impl {
     genai::ServeRequest sr;
     sr.prompt_ids = std::move(ids);
     sr.gen = r.gen;
+    // A chat's reasoning (gpt-oss's analysis channel) stays out of `content`: it is sent as
+    // `reasoning_content`, as llama.cpp's and vLLM's servers do.
+    sr.split_reasoning = chat;
+    sr.on_reasoning = [ch](std::string_view piece) {
+      std::lock_guard lk(ch->m);
+      ch->reasoning.emplace_back(piece);
+      ch->cv.notify_all();
+      return !ch->gone.load();
+    };
     sr.on_text = [ch](std::string_view piece) {
       std::lock_guard lk(ch->m);
       ch->pieces.emplace_back(piece);
@@ -598,6 +608,7 @@ struct HttpServer::Impl {
     } else {
       choice["text"] = out.text;
     }
+    if (chat && !out.reasoning.empty()) choice["message"]["reasoning_content"] = out.reasoning;
     json body = {{"id", id},
                  {"object", chat ? "chat.completion" : "text_completion"},
                  {"created", created},
@@ -641,13 +652,15 @@ struct HttpServer::Impl {
               if (!sink.write(first.data(), first.size())) return gone();
             }
           }
-          std::deque<std::string> pieces;
+          std::deque<std::string> pieces, thoughts;
           bool done = false;
           genai::ServeResult result;
           {
             std::unique_lock lk(ch->m);
-            ch->cv.wait_for(lk, std::chrono::milliseconds(100), [&] { return !ch->pieces.empty() || ch->done; });
+            ch->cv.wait_for(lk, std::chrono::milliseconds(100),
+                            [&] { return !ch->pieces.empty() || !ch->reasoning.empty() || ch->done; });
             pieces.swap(ch->pieces);
+            thoughts.swap(ch->reasoning);
             done = ch->done;
             if (done) result = ch->result;
           }
@@ -655,6 +668,8 @@ struct HttpServer::Impl {
           auto say = [&](const ToolCallParser::Delta& d) {
             for (json& delta : tool_reply_deltas(d, *calls_said)) evs += chunk({{"delta", std::move(delta)}}, nullptr);
           };
+          // A harmony reply's reasoning comes before its content.
+          for (const std::string& t : thoughts) evs += chunk({{"delta", {{"reasoning_content", t}}}}, nullptr);
           for (const std::string& p : pieces) {
             if (tools) say(tools->feed(p));
             else evs += chat ? chunk({{"delta", {{"content", p}}}}, nullptr) : chunk({{"text", p}}, nullptr);

@@ -25,22 +25,25 @@ std::vector<std::string> small_vocab() {
 
 bool bit(std::span<const uint64_t> m, size_t id) { return (m[id / 64] >> (id % 64)) & 1; }
 
-TEST(GrammarMatcher, PushPopRestoresTheState) {
+TEST(GrammarMatcher, StatesAreCanonicalAndChecksLeaveTheStateAlone) {
   auto g = compile_gbnf("root ::= \"ab\" | \"ac\" | \"b\"+\n");
   Matcher m(g);
-  const std::vector<int32_t> before(m.frontier().begin(), m.frontier().end());
-  ASSERT_TRUE(m.push('a'));
-  ASSERT_TRUE(m.push('c'));
-  EXPECT_TRUE(m.is_complete());
-  m.pop();
-  m.pop();
-  EXPECT_EQ(std::vector<int32_t>(m.frontier().begin(), m.frontier().end()), before);
-  EXPECT_FALSE(m.push('x'));
+  const int32_t start = m.state();
+  const int32_t a = m.step(start, 'a');
+  ASSERT_GE(a, 0);
+  EXPECT_TRUE(m.complete(m.step(a, 'c')));
+  EXPECT_EQ(m.step(start, 'x'), -1);
+  EXPECT_EQ(m.step(start, 'a'), a);  // remembered
   EXPECT_TRUE(m.can_accept("bbb"));
   EXPECT_FALSE(m.can_accept("abb"));
+  EXPECT_EQ(m.state(), start);
   EXPECT_TRUE(m.accept("bb"));
   EXPECT_TRUE(m.is_complete());
   EXPECT_FALSE(m.is_terminated());  // more b's may follow
+  const int32_t bb = m.state();
+  EXPECT_EQ(m.step(bb, 'b'), bb);   // b+ loops on one state
+  EXPECT_FALSE(m.accept("bx"));
+  EXPECT_EQ(m.state(), bb);          // all or nothing
 }
 
 TEST(GrammarMatcher, MaskEqualsBruteForceAlongRandomWalks) {

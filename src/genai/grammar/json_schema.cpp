@@ -220,7 +220,9 @@ class SchemaCompiler {
  private:
   // ---- shared rules -------------------------------------------------------------------------
   int32_t ws() {
-    if (ws_ < 0) ws_ = b_.rule_of("ws", Expr::repeat(cls(" \t\n"), 0, kMaxWhitespace));
+    // Nothing, one space, or one newline and an indentation: enough for compact and pretty-printed
+    // JSON, and a model cannot wander off into white space.
+    if (ws_ < 0) ws_ = b_.rule_of("ws", Expr::opt(Expr::alt({Expr::lit(" "), Expr::seq({Expr::lit("\n"), Expr::repeat(cls(" \t"), 0, kMaxWhitespace)})})));
     return ws_;
   }
   Expr W() { return Expr::ref(ws()); }

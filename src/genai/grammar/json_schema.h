@@ -22,7 +22,8 @@
 //   - objects with more than kMaxFreeOrderProperties declared properties take them in schema order
 //     (up to that many: any order, each at most once, the required ones enforced);
 //   - enum and const values are written compactly with keys sorted, as dump() writes them;
-//   - at most kMaxWhitespace bytes of white space between tokens, and none before or after the value.
+//   - white space between tokens is nothing, one space, or a newline and at most kMaxWhitespace
+//     spaces or tabs; none before or after the value.
 #pragma once
 #include <memory>
 #include <string>

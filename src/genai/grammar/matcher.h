@@ -7,17 +7,22 @@
 //
 // Stacks are persistent and hash-consed: a stack entry is a node (position, parent node), and the
 // same (position, parent) is always the same node. So stacks share their tails, a set of stacks is
-// a set of node ids (equal stacks are equal ids: no duplicates), and the closure stops at a node
-// it has already expanded in this step (which also ends loops through rules that match "").
+// a sorted list of node ids (equal sets are equal lists), and the closure stops at a node it has
+// already expanded in this step (which also ends loops through rules that match "").
 //
-// Checking a byte string without taking it (a token's bytes, a whole token trie) advances and then
-// pops: each advance pushes a frontier, pop() drops it together with the nodes it created, so a
-// walk over the vocabulary's trie costs no copies of stacks.
+// Sets of stacks are interned too: a "state" is an id, and the step (state, byte) -> state is
+// remembered the first time it is computed. The matcher is therefore a DFA built lazily, as far
+// as the text and the token masks explore it: inside a string or a number the state after a byte
+// is the state before it, and a whole vocabulary walk costs one table lookup per trie edge.
+// Nothing is ever removed (a request's states live as long as its matcher).
 #pragma once
+#include <array>
 #include <cstdint>
 #include <memory>
 #include <span>
+#include <string>
 #include <string_view>
+#include <unordered_map>
 #include <vector>
 
 #include "genai/grammar/grammar.h"
@@ -33,20 +38,19 @@ class Matcher {
   // Whether accept(bytes) would succeed; the state does not change.
   bool can_accept(std::string_view bytes);
   // The input so far is a whole sentence of the language (the root rule can end here).
-  bool is_complete() const { return complete_.back() != 0; }
+  bool is_complete() const { return complete(state_); }
   // Complete, and no byte may follow: the only thing left to generate is the end.
-  bool is_terminated() const { return is_complete() && frontier().empty(); }
+  bool is_terminated() const { return complete(state_) && states_[static_cast<size_t>(state_)].n_heads == 0; }
   // The bytes that may come next.
-  ByteSet next_bytes() const;
-  void reset();
+  const ByteSet& next_bytes() const { return next_bytes(state_); }
 
-  // One byte onto a new frontier (false: not allowed, nothing pushed); pop() undoes the last push.
-  bool push(uint8_t b);
-  void pop();
-  size_t depth() const { return seg_start_.size(); }
-  // The current stacks (node ids, ascending). Equal spans mean equal states, as long as no pop()
-  // went below the point where the nodes were made (token masks are cached on this).
-  std::span<const int32_t> frontier() const;
+  // The state machine itself (for walks over a vocabulary): the current state, one step (-1: the
+  // byte is refused), and what a state allows.
+  int32_t state() const { return state_; }
+  int32_t step(int32_t state, uint8_t b);
+  bool complete(int32_t state) const { return states_[static_cast<size_t>(state)].complete; }
+  const ByteSet& next_bytes(int32_t state) const { return states_[static_cast<size_t>(state)].next; }
+  size_t state_count() const { return states_.size(); }
 
   const Grammar& grammar() const { return *g_; }
 
@@ -54,30 +58,29 @@ class Matcher {
   struct Node {
     int32_t pos, parent;
   };
+  struct State {
+    uint32_t first_head, n_heads;  // into heads_
+    bool complete;
+    ByteSet next;
+  };
   int32_t intern(int32_t pos, int32_t parent);
-  void close(int32_t node);  // expands node into out_ (the frontier being built)
-  void table_insert(uint64_t key, int32_t id);
-  void table_grow();
-  void commit();             // keeps only the current frontier (after accept)
+  void close(int32_t node);           // expands node into out_
+  int32_t intern_state();             // out_ (+ out_complete_) as a state id
 
   std::shared_ptr<const Grammar> g_;
   std::vector<Node> nodes_;
-  // (pos, parent) -> node: open addressing, linear probing. Nodes are only ever removed newest
-  // first (pop), and such a key's slot lies on no older key's probe path, so emptying it is exact.
-  std::vector<uint64_t> keys_;
-  std::vector<int32_t> ids_;
-  std::vector<uint64_t> node_slot_;  // per node: its slot in the table
-  size_t table_used_ = 0;
-
-  // Frontiers, newest last: heads_[seg_start_[k] ...] with completion flags and node counts.
-  std::vector<int32_t> heads_;
-  std::vector<size_t> seg_start_;
-  std::vector<size_t> seg_nodes_;
-  std::vector<char> complete_;
-
-  std::vector<uint32_t> seen_;  // per node: the closure stamp it was expanded in
+  std::unordered_map<uint64_t, int32_t> node_ids_;
+  std::vector<uint32_t> seen_;        // per node: the closure stamp it was expanded in
   uint32_t stamp_ = 0;
+
+  std::vector<int32_t> heads_;        // every state's stack tops, state after state
+  std::vector<State> states_;
+  std::unordered_map<std::string, int32_t> state_ids_;  // heads (as bytes) + completion -> state
+  std::vector<std::unique_ptr<std::array<int32_t, 256>>> next_;  // per state: byte -> state, -2 unknown
+
+  std::vector<int32_t> out_;
   bool out_complete_ = false;
+  int32_t state_ = 0;
 };
 
 }  // namespace npullm::genai::grammar

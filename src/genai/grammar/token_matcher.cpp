@@ -96,24 +96,22 @@ bool TokenMatcher::accept(int32_t id) {
   return m_.accept(p);
 }
 
-void TokenMatcher::walk(std::vector<uint64_t>& bits) {
+// Depth-first over the trie; a subtree is entered only when its byte is allowed in `state`.
+void TokenMatcher::walk(uint32_t node, int32_t state, std::vector<uint64_t>& bits) {
   const auto& nodes = trie_->nodes();
   const auto& edges = trie_->edges();
   const auto& tokens = trie_->tokens();
-  std::function<void(uint32_t)> rec = [&](uint32_t node) {
-    const TokenTrie::Node& n = nodes[node];
-    if (n.n_children == 0) return;
-    const ByteSet next = m_.next_bytes();
-    for (uint32_t e = n.first_child; e < n.first_child + n.n_children; ++e) {
-      if (!next.test(edges[e].byte) || !m_.push(edges[e].byte)) continue;
-      const TokenTrie::Node& c = nodes[edges[e].child];
-      for (uint32_t t = c.first_token; t < c.first_token + c.n_tokens; ++t)
-        bits[static_cast<size_t>(tokens[t]) / 64] |= uint64_t{1} << (tokens[t] % 64);
-      rec(edges[e].child);
-      m_.pop();
-    }
-  };
-  rec(0);
+  const TokenTrie::Node& n = nodes[node];
+  const ByteSet next = m_.next_bytes(state);  // a copy: stepping may add states (and move them)
+  for (uint32_t e = n.first_child; e < n.first_child + n.n_children; ++e) {
+    if (!next.test(edges[e].byte)) continue;
+    const int32_t to = m_.step(state, edges[e].byte);
+    if (to < 0) continue;
+    const TokenTrie::Node& c = nodes[edges[e].child];
+    for (uint32_t t = c.first_token; t < c.first_token + c.n_tokens; ++t)
+      bits[static_cast<size_t>(tokens[t]) / 64] |= uint64_t{1} << (tokens[t] % 64);
+    if (c.n_children) walk(edges[e].child, to, bits);
+  }
 }
 
 std::span<const uint64_t> TokenMatcher::mask() {
@@ -123,17 +121,14 @@ std::span<const uint64_t> TokenMatcher::mask() {
     for (size_t id = 0; id < trie_->n_vocab(); ++id)
       if (allowed(static_cast<int32_t>(id))) scratch_[id / 64] |= uint64_t{1} << (id % 64);
   } else {
-    const std::span<const int32_t> f = m_.frontier();
-    const bool done = m_.is_complete();
-    auto hit = std::find_if(cache_.begin(), cache_.end(), [&](const Cached& c) {
-      return c.complete == done && std::equal(c.frontier.begin(), c.frontier.end(), f.begin(), f.end());
-    });
+    const int32_t state = m_.state();
+    auto hit = std::find_if(cache_.begin(), cache_.end(), [&](const Cached& c) { return c.state == state; });
     if (hit != cache_.end()) {
       cache_.splice(cache_.begin(), cache_, hit);
     } else {
       ++masks_built_;
-      Cached c{{f.begin(), f.end()}, done, std::vector<uint64_t>(words, 0)};
-      walk(c.bits);
+      Cached c{state, std::vector<uint64_t>(words, 0)};
+      walk(0, state, c.bits);
       cache_.push_front(std::move(c));
       if (cache_.size() > kCachedMasks) cache_.pop_back();
     }

@@ -6,8 +6,8 @@
 //
 // TokenMatcher: one request's state. The cheap path is allowed(id) on the token the sampler chose
 // (sample first, check after); mask() builds the full set of allowed tokens only when that token
-// was refused. Masks are cached per matcher state: the stacks are hash-consed, so the same state
-// (inside a string, between array items...) is the same frontier and its mask is reused.
+// was refused. Masks are cached per matcher state (the matcher's states are canonical ids), so the
+// same state (inside a string, between array items...) reuses its mask.
 //
 // End tokens (EOS, the request's stop tokens) are allowed only when the text is complete, and
 // must_end() says when nothing but the end may come. With a trigger, text is free until the
@@ -74,7 +74,7 @@ class TokenMatcher {
  private:
   // Before the trigger: where, in text_ + bytes, the constrained part would start (npos: not yet).
   size_t trigger_end(std::string_view bytes) const;
-  void walk(std::vector<uint64_t>& bits);
+  void walk(uint32_t node, int32_t state, std::vector<uint64_t>& bits);
 
   Matcher m_;
   std::shared_ptr<const TokenTrie> trie_;
@@ -83,10 +83,9 @@ class TokenMatcher {
   bool triggered_;
   std::string text_;  // before the trigger: the tail of the text that a trigger could still start in
 
-  // Masks by frontier; a small LRU.
+  // Masks by matcher state; a small LRU.
   struct Cached {
-    std::vector<int32_t> frontier;
-    bool complete;
+    int32_t state;
     std::vector<uint64_t> bits;
   };
   std::list<Cached> cache_;

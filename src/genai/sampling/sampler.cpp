@@ -274,8 +274,20 @@ double Sampler::uniform() { return static_cast<double>(rng_() >> 11) * 0x1.0p-53
 int32_t Sampler::sample(std::span<const float> logits) { return sample(logits, {}); }
 
 int32_t Sampler::sample(std::span<const float> logits, std::span<const uint64_t> allowed) {
-  // Plain greedy needs no copy of the logits.
-  if (cfg_.temperature <= 0.0f && !penalties_on() && allowed.empty()) return argmax(logits);
+  // Plain greedy needs no copy of the logits (with a mask: the first maximum among the allowed ids).
+  if (cfg_.temperature <= 0.0f && !penalties_on()) {
+    if (allowed.empty()) return argmax(logits);
+    int32_t best = -1;
+    float best_v = 0.0f;
+    for (size_t w = 0; w < allowed.size(); ++w)
+      for (uint64_t bits = allowed[w]; bits; bits &= bits - 1) {
+        const size_t id = w * 64 + static_cast<size_t>(__builtin_ctzll(bits));
+        if (id >= logits.size()) break;
+        if (best < 0 || logits[id] > best_v) best_v = logits[id], best = static_cast<int32_t>(id);
+      }
+    if (best < 0) fail("sampler: the mask allows no token");
+    return best;
+  }
   const std::span<const Candidate> c = distribution(logits, allowed);
   if (cfg_.temperature <= 0.0f) return c[0].id;
   // Inverse-CDF draw over the survivors in their deterministic order.

@@ -5,9 +5,11 @@
 #include <fmt/format.h>
 #include <fmt/ranges.h>
 
+#include "genai/chat/harmony_parser.h"
 #include "genai/chat_format.h"
 #include "genai/configs.h"
 #include "genai/open_model.h"
+#include "genai/grammar/structured.h"
 #include "genai/sampling/sampler.h"
 #include "genai/sampling/stop_rules.h"
 #include "genai/tokenizer/tokenizer.h"
@@ -49,13 +51,39 @@ struct Scheduler::Active {
   Clock::time_point submitted, first_token, last_token;
   size_t prefilled = 0;              // prompt tokens whose rows are in the slot (cached + prefilled)
   std::unique_ptr<Sampler> sampler;
+  std::unique_ptr<grammar::StructuredDecoder> structured;  // null: free text
   std::unique_ptr<StopTokens> stop_ids;
   std::unique_ptr<StopMatcher> stop;
   std::unique_ptr<StreamDecoder> decoder;
+  std::unique_ptr<HarmonyParser> harmony;  // split_reasoning in a harmony chat: splits the reply
   ServeResult res;
   int32_t next = -1;                 // sampled, to be run by the next decode step
   bool decoding = false;             // the prompt is in; decode steps run it
   bool cancelled = false;
+
+  // Generated text -> the request: as is, or split by the harmony parser into the visible reply
+  // (on_text, res.text) and the reasoning (on_reasoning, res.reasoning). `at_end`: the reply ended.
+  void say(std::string_view text, bool at_end = false) {
+    std::string content(text), reasoning;
+    if (harmony) {
+      HarmonyParser::Delta d = harmony->feed(text);
+      if (at_end) {
+        const HarmonyParser::Delta rest = harmony->finish();
+        d.content += rest.content;
+        d.reasoning += rest.reasoning;
+      }
+      content = std::move(d.content);
+      reasoning = std::move(d.reasoning);
+    }
+    if (!reasoning.empty()) {
+      res.reasoning += reasoning;
+      if (r.on_reasoning && !cancelled && !r.on_reasoning(reasoning)) cancelled = true;
+    }
+    if (!content.empty()) {
+      res.text += content;
+      if (r.on_text && !cancelled && !r.on_text(content)) cancelled = true;
+    }
+  }
 };
 
 struct Scheduler::Slot {
@@ -123,6 +151,13 @@ uint64_t Scheduler::submit(ServeRequest r) {
   if (r.gen.max_new_tokens < 1) fail("max_tokens must be at least 1");
   Sampler check(sampler_config(r.gen));  // throws on settings out of range, before queueing
   auto a = std::make_unique<Active>();
+  // The grammar is compiled here, on the caller's thread (cached by source), never on the decode
+  // loop's; a refused schema or grammar throws before anything is queued.
+  if (r.gen.structured.kind != StructuredOutput::Kind::None) {
+    std::vector<int32_t> ends = r.gen.stop_token_ids;
+    if (!r.gen.ignore_eos && tok_->eos() >= 0) ends.push_back(tok_->eos());
+    a->structured = grammar::StructuredDecoder::make(r.gen.structured, token_trie(), std::move(ends));
+  }
   a->r = std::move(r);
   a->submitted = Clock::now();
   std::lock_guard lk(mu_);
@@ -205,6 +240,10 @@ bool Scheduler::admit() {
     a->stop = std::make_unique<StopMatcher>(g.stop_strings);
     // After BOS alone, SPM's dummy-prefix space of the first piece is not text.
     a->decoder = std::make_unique<StreamDecoder>(*tok_, prompt.size() == 1 && prompt[0] == tok_->bos());
+    if (a->r.split_reasoning && format_ && format_->harmony()) {
+      a->harmony = std::make_unique<HarmonyParser>();
+      for (int32_t id : format_->reply_end_ids(*tok_)) a->stop_ids->add(id);
+    }
     best->cached = a->res.cached_tokens;
     best->prompt = a->res.prompt_tokens;
     best->generated = 0;
@@ -354,10 +393,21 @@ void Scheduler::decode_step() {
   recent_.emplace_back(end, static_cast<int64_t>(batch.size()));
 }
 
+std::shared_ptr<const grammar::TokenTrie> Scheduler::token_trie() {
+  std::call_once(trie_once_, [&] { trie_ = grammar::make_token_trie(*tok_); });
+  return trie_;
+}
+
 void Scheduler::take_token(Slot& s, std::span<const float> logits) {
   Active& a = *s.req;
   const auto now = Clock::now();
-  const int32_t id = a.sampler->sample(logits);
+  if (a.structured && a.structured->must_end()) return finish(s, FinishReason::Eos);  // nothing may follow
+  int32_t id;
+  try {
+    id = a.structured ? a.structured->sample(*a.sampler, logits) : a.sampler->sample(logits);
+  } catch (const Error& e) {
+    return finish(s, FinishReason::Length, e.what());
+  }
   if (a.res.ids.empty() && a.first_token == Clock::time_point{}) {
     a.first_token = now;
     a.res.ttft_ms = ms_between(a.submitted, now);
@@ -371,15 +421,13 @@ void Scheduler::take_token(Slot& s, std::span<const float> logits) {
     finish(s, id == tok_->eos() && !a.r.gen.ignore_eos ? FinishReason::Eos : FinishReason::StopToken);
     return;
   }
+  if (a.structured) a.structured->accept(id);
   a.sampler->accept(id);
   a.res.ids.push_back(id);
   s.generated = static_cast<int64_t>(a.res.ids.size());
   work_.generated_tokens++;
   const StopStep step = a.stop->push(a.decoder->push(id));
-  if (!step.text.empty()) {
-    a.res.text += step.text;
-    if (a.r.on_text && !a.r.on_text(step.text)) a.cancelled = true;
-  }
+  a.say(step.text);
   if (step.stopped) return finish(s, FinishReason::StopString);
   if (a.cancelled) return finish(s, FinishReason::Cancelled);
   if (static_cast<int64_t>(a.res.ids.size()) >= a.r.gen.max_new_tokens) return finish(s, FinishReason::Length);
@@ -390,15 +438,11 @@ void Scheduler::take_token(Slot& s, std::span<const float> logits) {
 
 void Scheduler::finish(Slot& s, FinishReason why, const std::string& error) {
   Active& a = *s.req;
-  auto emit = [&](const std::string& text) {
-    if (text.empty()) return;
-    a.res.text += text;
-    if (a.r.on_text && !a.cancelled && !a.r.on_text(text)) a.cancelled = true;
-  };
   if (why != FinishReason::StopString && error.empty()) {
-    emit(a.stop->push(a.decoder->flush()).text);
-    emit(a.stop->flush().text);
+    a.say(a.stop->push(a.decoder->flush()).text);
+    a.say(a.stop->flush().text);
   }
+  if (error.empty()) a.say("", /*at_end=*/true);
   a.res.finish = why;
   a.res.error = error;
   const double span_ms = ms_between(a.first_token, a.last_token);

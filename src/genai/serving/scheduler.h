@@ -13,6 +13,9 @@
 // Requests join and leave between steps. A slot keeps its tokens after its request ends, so the
 // next request that shares their prefix reuses them.
 //
+// Structured output (GenerationConfig::structured): each request has its own grammar state; its
+// grammar is compiled in submit() on the caller's thread (cached), so a refused schema throws there.
+//
 // Each row's logits are bit for bit those of the sequence run alone (npuw's batched blobs), so a
 // greedy request returns the same text whatever runs beside it.
 //
@@ -46,6 +49,9 @@ namespace npullm::genai {
 
 class Tokenizer;
 class ChatFormat;
+namespace grammar {
+class TokenTrie;
+}
 
 // Thrown by submit() when the waiting queue is full (the caller should retry later).
 class QueueFull : public Error {
@@ -54,7 +60,8 @@ class QueueFull : public Error {
 };
 
 struct ServeResult {
-  std::string text;                  // generated text (stop string excluded)
+  std::string text;                  // generated text (stop string excluded); with split_reasoning, the visible reply
+  std::string reasoning;             // with split_reasoning: the reasoning the reply held (harmony's analysis channel)
   std::vector<int32_t> ids;          // generated ids
   FinishReason finish = FinishReason::Length;
   int64_t prompt_tokens = 0;         // tokens of the prompt
@@ -71,6 +78,12 @@ struct ServeRequest {
   GenerationConfig gen;
   // Receives UTF-8-complete text pieces; returning false cancels the request (client gone).
   std::function<bool(std::string_view)> on_text;
+  // A chat reply: when the chat template speaks harmony (gpt-oss, ChatFormat::harmony()), on_text
+  // receives only the visible reply and on_reasoning (when set) the reasoning, split by
+  // genai/chat/harmony_parser.h, and the reply also ends at the format's end tokens. No effect for
+  // other templates.
+  bool split_reasoning = false;
+  std::function<bool(std::string_view)> on_reasoning;
   // Called once, last, with the outcome.
   std::function<void(const ServeResult&)> on_done;
 };
@@ -171,6 +184,8 @@ class Scheduler {
   void take_token(Slot& s, std::span<const float> logits);
   void finish(Slot& s, FinishReason why, const std::string& error = "");
   void publish();                    // refreshes status_ from the slots (under mu_)
+  // The vocabulary's byte trie for grammar masks, built by the first structured request.
+  std::shared_ptr<const grammar::TokenTrie> token_trie();
 
   PipelineConfig cfg_;
   SchedulerConfig sc_;
@@ -191,6 +206,8 @@ class Scheduler {
   SchedulerStatus work_;                // totals, kept by the scheduler thread alone
   std::deque<std::pair<Clock::time_point, int64_t>> recent_;  // (decode step end, tokens) for decode_tps
   Clock::time_point last_decode_end_{};
+  std::once_flag trie_once_;
+  std::shared_ptr<const grammar::TokenTrie> trie_;
   bool decoding_before_ = false;
   size_t prefill_turn_ = 0;             // round robin over prefilling slots
   std::thread thread_;
