@@ -8,6 +8,7 @@
 // before the first execute() of a program and may be called again.
 #pragma once
 #include <cstddef>
+#include <functional>
 #include <memory>
 #include <string>
 #include <vector>
@@ -63,6 +64,11 @@ class Device {
     std::vector<MatMulKind> matmul_kinds;
   };
   virtual Counters counters() const { return {}; }
+  // A tap on one op code: after each stage, `tap` sees every task of that op the stage ran, as
+  // relocated (its operands readable until the next execute). For tests and traces: what a routing
+  // table held, what a stage wrote. An empty tap removes it. Optional for a device.
+  using TaskTap = std::function<void(const blob::TaskDesc&)>;
+  virtual void set_tap(uint32_t op, TaskTap tap) {}
 };
 
 }  // namespace npullm::device

@@ -67,6 +67,12 @@ SynthShape with_experts(SynthShape s, int64_t n_expert, int64_t n_used, int64_t 
   return s;
 }
 
+SynthShape with_yarn(SynthShape s, float factor, int64_t orig_ctx) {
+  s.yarn_factor = factor;
+  s.yarn_orig_ctx = orig_ctx;
+  return s;
+}
+
 SynthShape with_vocab(SynthShape s, const char* vocab) {
   s.vocab = vocab;
   return s;
@@ -127,11 +133,29 @@ const std::vector<Preset>& presets() {
                                                            151936, 40960, 1000000.0f, 1e-6f, false),
                                                 128, 0),
                                      128, 8, 768)},
+      // gpt-oss-20b's shape: 24 layers of 32 experts of width 2880, 4 used per token, 64 heads of
+      // 64, window 128 on the even layers, YaRN x32 from 4096 positions, with a generated
+      // byte-level BPE vocabulary of o200k's size (the real one is o200k_harmony). MXFP4_MOE: ~12 GB.
+      {"gpt-oss-20b", with_yarn(with_swa(with_experts(with_heads(make_shape("gpt-oss", "synth-gpt-oss-20b", 2880, 24, 64, 8,
+                                                                            2880, 201088, 131072, 150000.0f, 1e-5f, false),
+                                                                 64, 0),
+                                                      32, 4, 2880),
+                                         128, 2, 150000.0f, 0.0f),
+                                32.0f, 4096)},
       // ../shared/golden/moe's qwen3moe shape (README there, §8) with a 4096-token vocabulary.
       {"tiny-qwen3moe", with_experts(with_heads(make_shape("qwen3moe", "synth-tiny-qwen3moe", 256, 2, 8, 2, 768, 4096,
                                                            40960, 1000000.0f, 1e-6f, true),
                                                 64, 0),
                                      8, 2, 256)},
+      // ../shared/golden/moe's gpt-oss shape, with a 4096-token vocabulary.
+      {"tiny-gpt-oss", with_vocab(with_yarn(with_swa(with_experts(with_heads(make_shape("gpt-oss", "synth-tiny-gpt-oss", 160, 2, 8,
+                                                                                        2, 160, 4096, 131072, 150000.0f, 1e-5f,
+                                                                                        false),
+                                                                             64, 0),
+                                                                  16, 4, 160),
+                                                     16, 2, 150000.0f, 0.0f),
+                                            32.0f, 512),
+                                  "spm")},
   };
   return p;
 }
@@ -147,7 +171,7 @@ const std::vector<SynthFileType>& file_types() {
       {"Q3_K_S", 11, GgmlType::Q3_K}, {"Q3_K_M", 12, GgmlType::Q3_K}, {"Q3_K_L", 13, GgmlType::Q3_K},
       {"Q4_K_S", 14, GgmlType::Q4_K}, {"Q4_K_M", 15, GgmlType::Q4_K}, {"Q5_K_S", 16, GgmlType::Q5_K},
       {"Q5_K_M", 17, GgmlType::Q5_K}, {"Q6_K", 18, GgmlType::Q6_K},   {"IQ4_NL", 25, GgmlType::IQ4_NL},
-      {"IQ4_XS", 30, GgmlType::IQ4_XS},
+      {"IQ4_XS", 30, GgmlType::IQ4_XS}, {"MXFP4_MOE", 38, GgmlType::Q8_0},
   };
   return t;
 }
@@ -241,6 +265,8 @@ GgmlType fallback_type(const std::string& tensor, GgmlType t, int64_t ne0) {
 GgmlType tensor_type(const SynthShape& s, const SynthFileType& ft, const std::string& name, Role role,
                      int64_t layer, int64_t ne0) {
   if (role == Role::Norm || role == Role::Bias || role == Role::Router) return GgmlType::F32;  // never quantised
+  // MXFP4_MOE: the experts in MXFP4, every other matrix Q8_0 (llama-quantize's rule for the type).
+  if (ft.name == "MXFP4_MOE") return name.find("_exps.") != std::string::npos ? GgmlType::MXFP4 : GgmlType::Q8_0;
   const GgmlTypeTraits& base = ggml_type_traits(ft.base);
   if (base.block_size == 1) return ft.base;  // F32/F16/BF16 files: no mixture
   return fallback_type(name, mixture_type(s, ft, role, layer), ne0);
@@ -254,14 +280,16 @@ int64_t layer_of(const std::string& name) {
 }
 
 void check_shape(const SynthShape& s) {
-  if (s.arch != "llama" && s.arch != "qwen2" && s.arch != "qwen3" && s.arch != "qwen3moe" && s.arch != "gemma3" &&
-      s.arch != "phi3")
-    fail("synth: architecture '{}' (expected llama, qwen2, qwen3, qwen3moe, gemma3 or phi3)", s.arch);
+  if (s.arch != "llama" && s.arch != "qwen2" && s.arch != "qwen3" && s.arch != "qwen3moe" && s.arch != "gpt-oss" &&
+      s.arch != "gemma3" && s.arch != "phi3")
+    fail("synth: architecture '{}' (expected llama, qwen2, qwen3, qwen3moe, gpt-oss, gemma3 or phi3)", s.arch);
+  if (s.arch == "gpt-oss" && (s.n_swa < 1 || !(s.yarn_factor >= 1.0f) || s.yarn_orig_ctx < 1))
+    fail("synth: gpt-oss needs a sliding window and YaRN (a factor >= 1 and an original context)");
   if (s.moe() && (s.n_expert < 1 || s.n_expert > 1024 || s.n_expert_used < 1 || s.n_expert_used > s.n_expert ||
                   s.n_ff_exp < 1 || s.n_ff_exp > (int64_t{1} << 20)))
     fail("synth: {} needs 1 <= experts used ({}) <= experts ({}) <= 1024 and an expert width ({}) >= 1", s.arch,
          s.n_expert_used, s.n_expert, s.n_ff_exp);
-  if (!s.moe() && (s.n_expert || s.n_expert_used || s.n_ff_exp)) fail("synth: experts are for qwen3moe");
+  if (!s.moe() && (s.n_expert || s.n_expert_used || s.n_ff_exp)) fail("synth: experts are for qwen3moe and gpt-oss");
   const std::pair<const char*, int64_t> dims[] = {{"n-embd", s.n_embd}, {"n-layer", s.n_layer},
                                                   {"n-head", s.n_head}, {"n-head-kv", s.n_head_kv},
                                                   {"n-ff", s.n_ff},     {"n-vocab", s.n_vocab},
@@ -273,8 +301,8 @@ void check_shape(const SynthShape& s) {
     fail("synth: n-embd {} is not a multiple of n-head {} (give --head-dim)", s.n_embd, s.n_head);
   if (s.n_head % s.n_head_kv) fail("synth: n-head {} is not a multiple of n-head-kv {}", s.n_head, s.n_head_kv);
   if (s.head_dim() % 2) fail("synth: head size {} is odd (RoPE rotates pairs)", s.head_dim());
-  if (s.head_size > 0 && s.head_size != s.n_embd / s.n_head && !s.qk_norm())
-    fail("synth: {} takes its head size from n-embd / n-head; --head-dim is for qwen3 and gemma3", s.arch);
+  if (s.head_size > 0 && s.head_size != s.n_embd / s.n_head && !s.qk_norm() && s.arch != "gpt-oss")
+    fail("synth: {} takes its head size from n-embd / n-head; --head-dim is for qwen3, gemma3 and gpt-oss", s.arch);
   if (s.n_rot < 0 || s.rot_dims() > s.head_dim() || s.rot_dims() % 2)
     fail("synth: --n-rot {} must be even and at most the head size {}", s.n_rot, s.head_dim());
   if (s.rot_dims() != s.head_dim() && s.arch != "phi3")
@@ -282,7 +310,7 @@ void check_shape(const SynthShape& s) {
   if (s.arch == "phi3" && s.q_dim() != s.n_embd)
     fail("synth: phi3 needs n-head x head size = n-embd (attn_output is [n_embd, n_embd])");
   if (s.n_swa < 0 || s.n_swa > (int64_t{1} << 31)) fail("synth: --sliding-window {} is out of range", s.n_swa);
-  if (s.n_swa > 0 && s.arch != "gemma3") fail("synth: a sliding window is for gemma3");
+  if (s.n_swa > 0 && s.arch != "gemma3" && s.arch != "gpt-oss") fail("synth: a sliding window is for gemma3 and gpt-oss");
   if (s.swa_pattern < 1 || s.swa_pattern > 1024) fail("synth: --swa-pattern {} is out of range", s.swa_pattern);
   if (!(s.rope_base_swa > 0.0f)) fail("synth: local rope base {} must be positive", s.rope_base_swa);
   if (!(s.final_softcap >= 0.0f)) fail("synth: soft-cap {} must not be negative", s.final_softcap);
@@ -585,7 +613,8 @@ std::vector<SynthTensor> synth_plan(const SynthShape& s, const SynthFileType& ft
   // embedding scale want a larger one; golden/arch README §8).
   const double kLogitStd = s.arch == "gemma3" ? 7.0 : 5.5;
   const double D = static_cast<double>(s.n_embd);
-  const double qk_std = 1.4 / std::sqrt(D), v_std = 1.0 / std::sqrt(D);
+  const bool oss = s.arch == "gpt-oss";  // gpt-oss: the golden model's gains (golden/moe README §8)
+  const double qk_std = (oss ? 1.0 : 1.4) / std::sqrt(D), v_std = 1.0 / std::sqrt(D);
   const int64_t QD = s.q_dim(), KD = s.kv_dim();
   std::vector<SynthTensor> out;
   auto add = [&](const std::string& name, std::vector<int64_t> dims, Role role, int64_t layer, double mean, double std) {
@@ -612,7 +641,7 @@ std::vector<SynthTensor> synth_plan(const SynthShape& s, const SynthFileType& ft
       add(p + "attn_k.weight", {s.n_embd, KD}, Role::AttnK, l, 0.0, qk_std);
       add(p + "attn_v.weight", {s.n_embd, KD}, Role::AttnV, l, 0.0, v_std);
     }
-    if (s.qkv_bias()) {
+    if (s.qkv_bias() || oss) {
       add(p + "attn_q.bias", {QD}, Role::Bias, l, 0.0, 0.5);
       add(p + "attn_k.bias", {KD}, Role::Bias, l, 0.0, 0.5);
       add(p + "attn_v.bias", {KD}, Role::Bias, l, 0.0, 0.2);
@@ -621,14 +650,23 @@ std::vector<SynthTensor> synth_plan(const SynthShape& s, const SynthFileType& ft
       add(p + "attn_q_norm.weight", {s.head_dim()}, Role::Norm, l, 1.5, 0.2);
       add(p + "attn_k_norm.weight", {s.head_dim()}, Role::Norm, l, 1.5, 0.2);
     }
-    add(p + "attn_output.weight", {QD, s.n_embd}, Role::AttnOutput, l, 0.0, 6.0 / std::sqrt(static_cast<double>(QD)));
-    add(p + "ffn_norm.weight", {s.n_embd}, Role::Norm, l, 1.0, 0.2);
-    if (s.moe()) {  // the router 2/√n_embd (golden/moe README §8), experts as dense FFNs of n_ff_exp
+    add(p + "attn_output.weight", {QD, s.n_embd}, Role::AttnOutput, l, 0.0, (oss ? 3.0 : 6.0) / std::sqrt(static_cast<double>(QD)));
+    if (oss) {
+      add(p + "attn_output.bias", {s.n_embd}, Role::Bias, l, 0.0, 0.5);
+      add(p + "attn_sinks.weight", {s.n_head}, Role::Bias, l, 1.0, 1.5);
+    }
+    add(p + (oss ? "post_attention_norm.weight" : "ffn_norm.weight"), {s.n_embd}, Role::Norm, l, 1.0, 0.2);
+    if (s.moe()) {  // the router 2/√n_embd (gpt-oss 2.5), experts as dense FFNs of n_ff_exp (golden/moe README §8)
       const int64_t E = s.n_expert, F = s.n_ff_exp;
-      add(p + "ffn_gate_inp.weight", {s.n_embd, E}, Role::Router, l, 0.0, 2.0 / std::sqrt(D));
-      add(p + "ffn_gate_exps.weight", {s.n_embd, F, E}, Role::FfnGate, l, 0.0, v_std);
-      add(p + "ffn_up_exps.weight", {s.n_embd, F, E}, Role::FfnUp, l, 0.0, v_std);
-      add(p + "ffn_down_exps.weight", {F, s.n_embd, E}, Role::FfnDown, l, 0.0, 6.0 / std::sqrt(static_cast<double>(F)));
+      add(p + "ffn_gate_inp.weight", {s.n_embd, E}, Role::Router, l, 0.0, (oss ? 2.5 : 2.0) / std::sqrt(D));
+      add(p + "ffn_gate_exps.weight", {s.n_embd, F, E}, Role::FfnGate, l, 0.0, oss ? 3.5 / std::sqrt(D) : v_std);
+      add(p + "ffn_up_exps.weight", {s.n_embd, F, E}, Role::FfnUp, l, 0.0, oss ? 3.5 / std::sqrt(D) : v_std);
+      add(p + "ffn_down_exps.weight", {F, s.n_embd, E}, Role::FfnDown, l, 0.0, (oss ? 3.0 : 6.0) / std::sqrt(static_cast<double>(F)));
+      if (oss) {
+        add(p + "ffn_gate_inp.bias", {E}, Role::Bias, l, 0.0, 1.0);
+        for (const char* b : {"ffn_gate_exps.bias", "ffn_up_exps.bias"}) add(p + b, {F, E}, Role::Bias, l, 0.0, 0.5);
+        add(p + "ffn_down_exps.bias", {s.n_embd, E}, Role::Bias, l, 0.0, 0.5);
+      }
       continue;
     }
     if (s.arch == "phi3") {  // gate and up stacked (gate first)
@@ -702,21 +740,28 @@ SynthReport synth_write(const SynthOptions& o, const std::string& path) {
   w.add_f32(a + ".rope.freq_base", s.rope_base);
   w.add_f32(a + ".attention.layer_norm_rms_epsilon", s.rms_eps);
   w.add_u32(a + ".vocab_size", static_cast<uint32_t>(s.n_vocab));
-  if (s.qk_norm()) {  // as the converter writes them for Qwen3 and Gemma 3
+  if (s.qk_norm() || s.arch == "gpt-oss") {  // as the converter writes them for Qwen3, Gemma 3 and gpt-oss
     w.add_u32(a + ".attention.key_length", static_cast<uint32_t>(s.head_dim()));
     w.add_u32(a + ".attention.value_length", static_cast<uint32_t>(s.head_dim()));
   }
   if (s.n_swa > 0) {
     w.add_u32(a + ".attention.sliding_window", static_cast<uint32_t>(s.n_swa));
     // llama.cpp's (and npullm's) default period is 6, and the converter does not write the key.
-    if (s.swa_pattern != 6) w.add_u32(a + ".attention.sliding_window_pattern", static_cast<uint32_t>(s.swa_pattern));
-    w.add_f32(a + ".rope.freq_base_swa", s.rope_base_swa);
+    if (s.arch == "gemma3") {  // (gpt-oss: even layers, one RoPE base: no keys)
+      if (s.swa_pattern != 6) w.add_u32(a + ".attention.sliding_window_pattern", static_cast<uint32_t>(s.swa_pattern));
+      w.add_f32(a + ".rope.freq_base_swa", s.rope_base_swa);
+    }
   }
   if (s.final_softcap > 0.0f) w.add_f32(a + ".final_logit_softcapping", s.final_softcap);
   if (s.moe()) {
     w.add_u32(a + ".expert_count", static_cast<uint32_t>(s.n_expert));
     w.add_u32(a + ".expert_used_count", static_cast<uint32_t>(s.n_expert_used));
     w.add_u32(a + ".expert_feed_forward_length", static_cast<uint32_t>(s.n_ff_exp));
+  }
+  if (s.yarn_factor > 0.0f) {
+    w.add_string(a + ".rope.scaling.type", "yarn");
+    w.add_f32(a + ".rope.scaling.factor", s.yarn_factor);
+    w.add_u32(a + ".rope.scaling.original_context_length", static_cast<uint32_t>(s.yarn_orig_ctx));
   }
   if (vocab_file) {
     for (const auto& [key, value] : vocab_file->metadata())

@@ -48,8 +48,12 @@ namespace npullm::model {
 //   qwen3moe qwen3's attention; every FFN is n_expert experts of width n_ff_exp (3-D
 //           ffn_{gate,up,down}_exps, one slab per expert) and a router ffn_gate_inp (F32, as
 //           llama-quantize leaves it), n_expert_used of them per token. n_ff is written, unused.
+//   gpt-oss  qwen3moe's experts with biases (and a router bias), q/k/v/output biases, attention
+//           sinks, post_attention_norm as the FFN's norm, an untied output; sliding-window attention on
+//           even layers (n_swa) and YaRN RoPE (yarn_factor, yarn_orig_ctx). Gains of
+//           ../shared/golden/moe's gpt-oss model (README §8).
 struct SynthShape {
-  std::string arch = "llama";  // llama, qwen2, qwen3, qwen3moe, gemma3 or phi3 (see above)
+  std::string arch = "llama";  // llama, qwen2, qwen3, qwen3moe, gpt-oss, gemma3 or phi3 (see above)
   std::string name = "synth";  // general.name
   int64_t n_embd = 256;
   int64_t n_layer = 4;
@@ -69,10 +73,13 @@ struct SynthShape {
   float rope_base_swa = 10000.0f;  // rope.freq_base_swa: the local layers' RoPE base
   float final_softcap = 0.0f;  // final_logit_softcapping (0: none, as in real Gemma 3)
   std::string vocab;           // generated tokenizer: "spm" or "bpe" (empty: bpe for qwen2/qwen3, else spm)
-  // qwen3moe only.
+  // qwen3moe and gpt-oss.
   int64_t n_expert = 0;        // expert_count
   int64_t n_expert_used = 0;   // expert_used_count
   int64_t n_ff_exp = 0;        // expert_feed_forward_length
+  // gpt-oss only: YaRN (rope.scaling.factor, rope.scaling.original_context_length).
+  float yarn_factor = 0.0f;
+  int64_t yarn_orig_ctx = 0;
 
   int64_t head_dim() const { return head_size > 0 ? head_size : n_embd / n_head; }
   int64_t q_dim() const { return n_head * head_dim(); }
@@ -80,9 +87,9 @@ struct SynthShape {
   int64_t rot_dims() const { return n_rot > 0 ? n_rot : head_dim(); }
   bool qkv_bias() const { return arch == "qwen2"; }
   bool qk_norm() const { return arch == "qwen3" || arch == "qwen3moe" || arch == "gemma3"; }
-  bool moe() const { return arch == "qwen3moe"; }
+  bool moe() const { return arch == "qwen3moe" || arch == "gpt-oss"; }
   bool bpe_vocab() const {
-    return vocab.empty() ? (arch == "qwen2" || arch == "qwen3" || arch == "qwen3moe") : vocab == "bpe";
+    return vocab.empty() ? (arch == "qwen2" || arch == "qwen3" || arch == "qwen3moe" || arch == "gpt-oss") : vocab == "bpe";
   }
 };
 
@@ -90,13 +97,14 @@ struct SynthShape {
 // "llama-3.2-1b", "qwen3-0.6b", "gemma-3-1b", "phi-4-mini" (shapes of the real models; see synth.cpp
 // for the details that differ), and "tiny-qwen3", "tiny-gemma3", "tiny-phi3" (the shapes of the
 // golden models of ../shared/golden/arch with a 4096-token vocabulary); "qwen3-30b-a3b" (Qwen3-30B-A3B's
-// mixture of experts) and "tiny-qwen3moe" (the shape of ../shared/golden/moe's qwen3moe model).
+// mixture of experts), "gpt-oss-20b", and "tiny-qwen3moe" / "tiny-gpt-oss" (the shapes of
+// ../shared/golden/moe's models).
 SynthShape synth_preset(const std::string& name);  // throws npullm::Error listing the names
 const std::vector<std::string>& synth_preset_names();
 
 // A llama-quantize file type: "F32", "F16", "BF16", "Q8_0", "Q4_0", "Q4_1", "Q5_0", "Q5_1",
 // "Q2_K", "Q3_K_S", "Q3_K_M", "Q3_K_L", "Q4_K_S", "Q4_K_M", "Q5_K_S", "Q5_K_M", "Q6_K",
-// "IQ4_NL", "IQ4_XS".
+// "IQ4_NL", "IQ4_XS", "MXFP4_MOE" (expert tensors MXFP4, the other matrices Q8_0).
 struct SynthFileType {
   std::string name;
   uint32_t llama_ftype = 0;  // general.file_type: llama.cpp's LLAMA_FTYPE_MOSTLY_* value

@@ -210,6 +210,7 @@ LlmRuntime::~LlmRuntime() = default;
 int LlmRuntime::device_threads() const { return device_->threads(); }
 
 device::Device::Counters LlmRuntime::device_counters() const { return device_->counters(); }
+void LlmRuntime::set_task_tap(uint32_t op, device::Device::TaskTap tap) { device_->set_tap(op, std::move(tap)); }
 
 std::string LlmRuntime::device_name() const { return device_->name() + ", " + std::to_string(device_->threads()) + " threads"; }
 

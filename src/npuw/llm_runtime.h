@@ -164,7 +164,10 @@ class LlmRuntime {
   const RuntimeStats& stats() const { return stats_; }
   void clear_variants_used() { stats_.variants_used.clear(); }  // start a new window of variants_used
   std::string device_name() const;
-  device::Device::Counters device_counters() const;  // stages run, and those that ran on several threads
+  device::Device::Counters device_counters() const;
+  // Sees every task of op code `op` after it ran (device::Device::set_tap): e.g. a mixture of
+  // experts' routing tables, for tests that compare expert choices with a reference.
+  void set_task_tap(uint32_t op, device::Device::TaskTap tap);  // stages run, and those that ran on several threads
   int device_threads() const;
   // The capacity of the generate variant that holds `rows` rows (what a slot at that length runs in).
   int64_t variant_capacity(int64_t rows) const;

@@ -392,37 +392,57 @@ TEST(Synth, ReproducesGoldenArchModelsTensorForTensor) {
 // its shape, so with seed 18 and the llama-spm vocabulary synth writes the 3-D expert tensors (one
 // flat array each), the F32 router and llama-quantize's choices for a mixture of 8 experts (Q8_0
 // K and V, Q5_K attention output) byte for byte.
+// gpt-oss too (seed 13, MXFP4_MOE): biases of every kind, sinks, the YaRN and window keys, and
+// llama-quantize's MXFP4 experts byte for byte (the MXFP4 quantiser is ggml's rule).
 TEST(Synth, ReproducesGoldenMoeModelTensorForTensor) {
   NPULLM_REQUIRE_SHARED("golden/moe/qwen3moe-spm.Q4_K_M.gguf");
+  NPULLM_REQUIRE_SHARED("golden/moe/gpt-oss-spm.MXFP4_MOE.gguf");
   NPULLM_REQUIRE_SHARED("models/vocab/ggml-vocab-llama-spm.gguf");
-  SynthOptions o;
-  o.shape = model::synth_preset("tiny-qwen3moe");
-  o.shape.n_vocab = 0;
-  o.type = model::synth_file_type("Q4_K_M");
-  o.seed = 18;
-  o.threads = 2;
-  o.vocab_from = test::shared_path("models/vocab/ggml-vocab-llama-spm.gguf");
-  const std::string path = write(o, "qwen3moe-spm.gguf");
-  const auto ours = GgufFile::open(path);
-  const auto ref = GgufFile::open(test::shared_path("golden/moe/qwen3moe-spm.Q4_K_M.gguf"));
-  ASSERT_EQ(ours->tensors().size(), ref->tensors().size());
-  for (size_t i = 0; i < ref->tensors().size(); ++i) {
-    const GgufTensorInfo& a = ours->tensors()[i];
-    const GgufTensorInfo& b = ref->tensors()[i];
-    ASSERT_EQ(a.name, b.name);
-    ASSERT_EQ(a.dims, b.dims) << a.name;
-    ASSERT_EQ(a.type, b.type) << a.name;
-    ASSERT_EQ(a.n_bytes, b.n_bytes) << a.name;
-    EXPECT_EQ(std::memcmp(a.data, b.data, a.n_bytes), 0) << a.name << " differs";
+  struct Case {
+    const char* golden;
+    const char* preset;
+    const char* type;
+    uint64_t seed;
+  };
+  for (const Case& c : {Case{"qwen3moe-spm.Q4_K_M", "tiny-qwen3moe", "Q4_K_M", 18},
+                        Case{"gpt-oss-spm.MXFP4_MOE", "tiny-gpt-oss", "MXFP4_MOE", 13}}) {
+    SCOPED_TRACE(c.golden);
+    SynthOptions o;
+    o.shape = model::synth_preset(c.preset);
+    o.shape.n_vocab = 0;
+    o.type = model::synth_file_type(c.type);
+    o.seed = c.seed;
+    o.threads = 2;
+    o.vocab_from = test::shared_path("models/vocab/ggml-vocab-llama-spm.gguf");
+    const std::string path = write(o, std::string(c.golden) + ".gguf");
+    const auto ours = GgufFile::open(path);
+    const auto ref = GgufFile::open(test::shared_path(std::string("golden/moe/") + c.golden + ".gguf"));
+    ASSERT_EQ(ours->tensors().size(), ref->tensors().size());
+    for (size_t i = 0; i < ref->tensors().size(); ++i) {
+      const GgufTensorInfo& a = ours->tensors()[i];
+      const GgufTensorInfo& b = ref->tensors()[i];
+      ASSERT_EQ(a.name, b.name);
+      ASSERT_EQ(a.dims, b.dims) << a.name;
+      ASSERT_EQ(a.type, b.type) << a.name;
+      ASSERT_EQ(a.n_bytes, b.n_bytes) << a.name;
+      EXPECT_EQ(std::memcmp(a.data, b.data, a.n_bytes), 0) << a.name << " differs";
+    }
+    const std::string arch = *ref->get_string("general.architecture");
+    std::set<std::string> ref_keys, our_keys;
+    for (const auto& [key, value] : ref->metadata()) {
+      if (key.rfind(arch + ".", 0) != 0) continue;
+      ref_keys.insert(key);
+      const GgufValue* mine = ours->find(key);
+      ASSERT_NE(mine, nullptr) << key;
+      if (value.is_integer()) EXPECT_EQ(mine->as_int(key), value.as_int(key)) << key;
+      else if (value.is_string()) EXPECT_EQ(ours->get_string(key), ref->get_string(key)) << key;
+      else EXPECT_EQ(mine->as_float(key), value.as_float(key)) << key;
+    }
+    for (const auto& [key, value] : ours->metadata())
+      if (key.rfind(arch + ".", 0) == 0) our_keys.insert(key);
+    EXPECT_EQ(our_keys, ref_keys);
+    fs::remove(path);
   }
-  for (const auto& [key, value] : ref->metadata()) {
-    if (key.rfind("qwen3moe.", 0) != 0) continue;
-    const GgufValue* mine = ours->find(key);
-    ASSERT_NE(mine, nullptr) << key;
-    if (value.is_integer()) EXPECT_EQ(mine->as_int(key), value.as_int(key)) << key;
-    else EXPECT_EQ(mine->as_float(key), value.as_float(key)) << key;
-  }
-  fs::remove(path);
 }
 
 // The new families' presets at full size: the shapes of the real models and the types

@@ -198,7 +198,8 @@ std::string model_name(size_t index) {
 INSTANTIATE_TEST_SUITE_P(Models, BatchedDecode,
                          ::testing::Values(Model{"models/llama2c/stories260K.gguf", stories_tokens},
                                            Model{"golden/qwen2-gpt2.Q4_0.gguf", golden_tokens},
-                                           Model{"golden/moe/qwen3moe-spm.Q4_K_M.gguf", moe_tokens}),
+                                           Model{"golden/moe/qwen3moe-spm.Q4_K_M.gguf", moe_tokens},
+                                           Model{"golden/moe/gpt-oss-spm.MXFP4_MOE.gguf", moe_tokens}),
                          [](const auto& info) { return model_name(info.index); });
 
 // A slot's K/V rows are its own: prefilling one slot leaves another's state as it was, and a

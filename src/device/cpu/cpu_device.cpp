@@ -284,6 +284,11 @@ class CpuDevice final : public device::Device {
     return c;
   }
 
+  void set_tap(uint32_t op, TaskTap tap) override {
+    tap_op_ = op;
+    tap_ = std::move(tap);
+  }
+
   void prepare(const device::Program& prog) override {
     int64_t need = 0;
     for (size_t i = 0; i < prog.n_tasks; ++i) {
@@ -515,6 +520,9 @@ class CpuDevice final : public device::Device {
       run_chunk(tasks[i], b, e, work_[static_cast<size_t>(worker)].data(), x, xq);
     }, parallel);
     count_experts(tasks, n);
+    if (tap_)
+      for (size_t i = 0; i < n; ++i)
+        if (tasks[i].op == tap_op_) tap_(tasks[i]);
     counters_.stages++;
     counters_.parallel_stages += parallel;
     const int64_t ns = std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::steady_clock::now() - t0).count();
@@ -607,6 +615,8 @@ class CpuDevice final : public device::Device {
 
   WorkerPool pool_;
   Counters counters_;
+  uint32_t tap_op_ = 0;
+  TaskTap tap_;
   mutable std::mutex kinds_mu_;  // counters_.matmul_kinds grows while a stage runs; counters() copies it
   std::unordered_map<const TaskDesc*, KindOf> kind_of_;
   std::vector<const float*> x_;
