@@ -547,3 +547,34 @@ TEST(ChatTemplateGguf, NewerVocabulariesRenderTheirOwnTemplates) {
 
 }  // namespace
 }  // namespace npullm
+
+namespace npullm {
+namespace {
+
+// A harmony template (gpt-oss) is recognised by its channel markup, and its replies end at
+// <|return|>, <|call|> or <|endoftext|> as well as EOS; no other built-in template is harmony.
+TEST(ChatFormatHarmony, RecognisedByItsMarkupWithItsEndTokens) {
+  genai::Vocab v;
+  v.model = "gpt2";
+  v.tokens = {"a", "<|return|>", "<|call|>", "<|endoftext|>", "<|end|>"};
+  v.types = {genai::TokenType::Normal, genai::TokenType::Control, genai::TokenType::Control,
+             genai::TokenType::Control, genai::TokenType::Control};
+  v.bos = -1;
+  v.eos = 1;
+  v.add_bos = false;
+  v.add_space_prefix = false;
+  v.pre = "gpt-4o";
+  const genai::Tokenizer tok(v);
+  const genai::ChatFormat harmony("harmony", tok);
+  EXPECT_TRUE(harmony.harmony());
+  EXPECT_EQ(harmony.reply_end_ids(tok), (std::vector<int32_t>{1, 2, 3}));
+  for (const auto& b : genai::jinja::builtin_templates()) {
+    if (b.name == "harmony") continue;
+    const genai::ChatFormat other(std::string(b.name), tok);
+    EXPECT_FALSE(other.harmony()) << b.name;
+    EXPECT_TRUE(other.reply_end_ids(tok).empty()) << b.name;
+  }
+}
+
+}  // namespace
+}  // namespace npullm
