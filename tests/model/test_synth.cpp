@@ -388,6 +388,36 @@ TEST(Synth, ReproducesGoldenArchModelsTensorForTensor) {
   }
 }
 
+// The mixtures of experts at full size (planned only): Qwen3-30B-A3B Q4_K_M and gpt-oss-20b
+// MXFP4_MOE come out at the sizes of the files people download (17.3 GiB and 11.3 GiB, issue 45;
+// within 3 %: the vocabularies are generated), with their experts as one 3-D tensor per matrix.
+TEST(Synth, MoePresetsHaveRealShapesAndSizes) {
+  struct Case {
+    const char* preset;
+    const char* type;
+    double gib;
+    GgmlType expert_type;
+  };
+  for (const Case& c : {Case{"qwen3-30b-a3b", "Q4_K_M", 17.3, GgmlType::Q4_K}, Case{"gpt-oss-20b", "MXFP4_MOE", 11.3, GgmlType::MXFP4}}) {
+    SCOPED_TRACE(c.preset);
+    const model::SynthShape shape = model::synth_preset(c.preset);
+    const auto plan = model::synth_plan(shape, model::synth_file_type(c.type));
+    double bytes = 0;
+    int experts = 0;
+    for (const auto& t : plan) {
+      bytes += static_cast<double>(ggml_row_bytes(t.type, t.dims[0])) * static_cast<double>(t.n_elements() / t.dims[0]);
+      if (t.name.find("ffn_gate_exps.weight") != std::string::npos) {
+        ++experts;
+        EXPECT_EQ(t.dims, (std::vector<int64_t>{shape.n_embd, shape.n_ff_exp, shape.n_expert}));
+        EXPECT_EQ(t.type, c.expert_type);
+      }
+    }
+    EXPECT_EQ(experts, shape.n_layer);
+    std::printf("[ synth    ] %s %s: %.2f GiB\n", c.preset, c.type, bytes / (1u << 30));
+    EXPECT_NEAR(bytes / (1u << 30), c.gib, 0.03 * c.gib);
+  }
+}
+
 // The same for the golden MoE model (../shared/golden/moe/README.md §8): the tiny-qwen3moe preset is
 // its shape, so with seed 18 and the llama-spm vocabulary synth writes the 3-D expert tensors (one
 // flat array each), the F32 router and llama-quantize's choices for a mixture of 8 experts (Q8_0
