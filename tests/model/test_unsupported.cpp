@@ -144,5 +144,36 @@ TEST(Unsupported, LongRopeFactorsAreNamed) {
   EXPECT_NE(e.find("'rope_factors_long.weight' (LongRoPE"), std::string::npos) << e;
 }
 
+// Mixtures of experts npullm does not run are refused by name, never run wrong: the golden
+// qwen3moe file with a key of a routing variant added, or with a shared expert's tensor.
+std::vector<uint8_t> moe_variant(const GgufFile& f, const std::string& key, uint32_t value, const std::string& tensor) {
+  GgufWriter w;
+  for (const auto& [k, v] : f.metadata()) w.add(k, v);
+  if (!key.empty()) w.add_u32(key, value);
+  for (const GgufTensorInfo& t : f.tensors())
+    w.add_tensor(t.name, t.dims, t.type, std::vector<uint8_t>(t.data, t.data + t.n_bytes));
+  if (!tensor.empty()) w.add_tensor(tensor, {256, 768}, GgmlType::F32, std::vector<uint8_t>(256 * 768 * 4));
+  return w.serialize();
+}
+
+TEST(Unsupported, MixtureOfExpertsVariantsAreNamed) {
+  NPULLM_REQUIRE_SHARED("golden/moe/qwen3moe-spm.Q4_K_M.gguf");
+  const auto f = GgufFile::open(test::shared_path("golden/moe/qwen3moe-spm.Q4_K_M.gguf"));
+  EXPECT_EQ(load_error(moe_variant(*f, "", 0, "")), "");  // the file as it is builds
+  struct Case {
+    const char* key;
+    uint32_t value;
+    const char* tensor;
+    const char* want;
+  };
+  for (const Case& c : {Case{"qwen3moe.expert_shared_count", 1, "", "shared experts (qwen3moe.expert_shared_count = 1) are not supported"},
+                        Case{"qwen3moe.expert_group_count", 4, "", "expert groups (qwen3moe.expert_group_count = 4) are not supported"},
+                        Case{"qwen3moe.expert_gating_func", 2, "", "expert gating function sigmoid"},
+                        Case{"", 0, "blk.0.ffn_gate_shexp.weight", "tensor 'blk.0.ffn_gate_shexp.weight' is not part of the qwen3moe graph"}}) {
+    const std::string e = load_error(moe_variant(*f, c.key, c.value, c.tensor));
+    EXPECT_NE(e.find(c.want), std::string::npos) << e;
+  }
+}
+
 }  // namespace
 }  // namespace npullm
