@@ -22,6 +22,7 @@
 #include "formats/gguf.h"
 #include "genai/chat/harmony_parser.h"
 #include "genai/tokenizer/byte_level.h"
+#include "genai/tokenizer/hf_tokenizer_json.h"
 #include "genai/tokenizer/tokenizer.h"
 #include "test_util.h"
 
@@ -216,6 +217,23 @@ TEST(TokenizerO200k, HarmonyMarkersArePrintedEndsAreControl) {
     EXPECT_EQ(tok.decode(typed), end);
   }
   EXPECT_EQ(tok.eos(), tok.find_token("<|return|>"));
+}
+
+// The same markers from a HF tokenizer.json (gpt-oss's lists them as special added tokens).
+TEST(TokenizerO200k, HarmonyMarkersArePrintedFromTokenizerJsonToo) {
+  json j;
+  json vocab = json::object();
+  for (int b = 0; b < 256; ++b) vocab[std::string(detail::byte_to_chars(static_cast<uint8_t>(b)))] = b;
+  j["model"] = {{"type", "BPE"}, {"vocab", vocab}, {"merges", json::array()}};
+  j["added_tokens"] = json::array({{{"id", 256}, {"content", "<|channel|>"}, {"special", true}},
+                                   {{"id", 257}, {"content", "<|end|>"}, {"special", true}}});
+  j["pre_tokenizer"] = {{"type", "ByteLevel"}, {"add_prefix_space", false}, {"use_regex", true}};
+  j["decoder"] = {{"type", "ByteLevel"}};
+  const Vocab v = vocab_from_hf_json(j.dump(), "", "harmony tokenizer.json");
+  EXPECT_EQ(v.types.at(256), TokenType::UserDefined);
+  EXPECT_EQ(v.types.at(257), TokenType::Control);
+  const Tokenizer tok(v);
+  EXPECT_EQ(tok.decode({256, 'x', 257}), "<|channel|>x");
 }
 
 // A gpt-oss reply as the model emits it (token ids of harmony markup), detokenized piece by piece

@@ -12,6 +12,7 @@
 
 #include "common/error.h"
 #include "genai/tokenizer/pretokenizer.h"
+#include "genai/tokenizer/special_tokens.h"
 
 namespace npullm::genai {
 
@@ -219,7 +220,8 @@ void read_tokens(const json& model, const json& root, Vocab& v, const std::strin
   for (Added& a : added) {
     if (a.id < 0) fail("{}: added token '{}' has the negative id {}", label, a.text, a.id);
     v.tokens[a.id] = std::move(a.text);
-    v.types[a.id] = a.special ? TokenType::Control : TokenType::UserDefined;
+    // gpt-oss's harmony markers are printed in generated text (special_tokens.h).
+    v.types[a.id] = a.special && !detail::is_printed_harmony_marker(v.tokens[a.id]) ? TokenType::Control : TokenType::UserDefined;
     v.strip[a.id] = (a.lstrip ? kStripLeft : kStripNone) | (a.rstrip ? kStripRight : kStripNone);
     seen[a.id] = true;
   }

@@ -6,6 +6,10 @@
 
 namespace npullm::genai::detail {
 
+bool is_printed_harmony_marker(std::string_view t) {
+  return t == "<|start|>" || t == "<|channel|>" || t == "<|message|>" || t == "<|constrain|>";
+}
+
 namespace {
 
 bool is_ascii_space(char c) {

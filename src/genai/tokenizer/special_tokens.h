@@ -19,6 +19,12 @@
 
 namespace npullm::genai::detail {
 
+// gpt-oss's harmony markers (<|start|>, <|channel|>, <|message|>, <|constrain|>): special tokens that
+// are printed in generated text, so that a reply's channels (reasoning, final answer, tool calls)
+// can be told apart (genai/chat/harmony_parser.h); llama.cpp makes them USER_DEFINED for the same
+// reason. <|end|>, <|return|> and <|call|> stay CONTROL: they end a message or the reply.
+bool is_printed_harmony_marker(std::string_view text);
+
 struct Fragment {
   std::string_view text;  // plain text (token < 0), or the special token's text
   int32_t token = -1;     // the special token, or -1 for plain text

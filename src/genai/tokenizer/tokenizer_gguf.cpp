@@ -6,6 +6,7 @@
 #include "common/error.h"
 #include "formats/gguf.h"
 #include "genai/tokenizer/pretokenizer.h"
+#include "genai/tokenizer/special_tokens.h"
 #include "genai/tokenizer/tokenizer.h"
 
 namespace npullm::genai {
@@ -150,16 +151,10 @@ Vocab Vocab::from_gguf(const GgufFile& f) {
     if (v.types[i] == TokenType::UserDefined && control_looking(v.tokens[i]))
       v.types[i] = TokenType::Control;
 
-  // gpt-oss's harmony markers are printed in generated text, so that a reply's channels (reasoning,
-  // final answer, tool calls) can be told apart (genai/chat/harmony_parser.h); llama.cpp does the
-  // same by making them USER_DEFINED. <|end|>, <|return|> and <|call|> stay CONTROL: they end a
-  // message or the reply and print nothing.
-  for (size_t i = 0; i < n; ++i) {
-    const std::string& t = v.tokens[i];
-    if (v.types[i] == TokenType::Control &&
-        (t == "<|channel|>" || t == "<|message|>" || t == "<|start|>" || t == "<|constrain|>"))
+  // gpt-oss's harmony markers are printed in generated text (special_tokens.h).
+  for (size_t i = 0; i < n; ++i)
+    if (v.types[i] == TokenType::Control && detail::is_printed_harmony_marker(v.tokens[i]))
       v.types[i] = TokenType::UserDefined;
-  }
 
   // Phi-3's added tokens swallow the whitespace after them (HF rstrip); GGUF does not store that,
   // so llama.cpp recognises the model by name, and so does this.
