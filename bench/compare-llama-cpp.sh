@@ -5,8 +5,9 @@
 #
 #   bench/compare-llama-cpp.sh [-t THREADS] [-r REPS] [-p N] [-n N] [-d DEPTH] [-b BUSY] [-k KV] [-o DIR] [MODEL.gguf ...]
 #
-# Without models it makes the five benchmark files of the speed issues and one Q4_K_M file per
-# newer family (Qwen3-0.6B, Gemma-3-1B, Phi-4-mini shapes) with `npullm synth` in DIR (default
+# Without models it makes the five benchmark files of the speed issues, one Q4_K_M file per
+# newer family (Qwen3-0.6B, Gemma-3-1B, Phi-4-mini shapes) and the two mixtures of experts
+# (Qwen3-30B-A3B Q4_K_M, 17.3 GiB; gpt-oss-20b MXFP4_MOE, 11.3 GiB) with `npullm synth` in DIR (default
 # /tmp/npullm-bench). llama.cpp comes from the source the npm package node-llama-cpp@3.21.1 ships
 # (a git bundle, 80fb11a; no network beyond npm) and is built into DIR:
 #  - build-native: GGML_NATIVE=ON, the way its users build it. Every llama.cpp figure comes from it
@@ -65,7 +66,7 @@ build_noamx() {  # only once a native run has failed (CPUs without AMX never nee
 models=("$@")
 if [ ${#models[@]} -eq 0 ]; then
   for spec in "tinyllama-1.1b Q4_0" "tinyllama-1.1b Q8_0" "tinyllama-1.1b Q4_K_M" "qwen2.5-0.5b Q8_0" "qwen2.5-0.5b Q4_K_M" \
-              "qwen3-0.6b Q4_K_M" "gemma-3-1b Q4_K_M" "phi-4-mini Q4_K_M"; do
+              "qwen3-0.6b Q4_K_M" "gemma-3-1b Q4_K_M" "phi-4-mini Q4_K_M" "qwen3-30b-a3b Q4_K_M" "gpt-oss-20b MXFP4_MOE"; do
     set -- $spec
     f="$dir/$1-$2.gguf"
     [ -f "$f" ] || "$npullm" synth --preset "$1" --type "$2" -o "$f" >/dev/null
@@ -73,6 +74,7 @@ if [ ${#models[@]} -eq 0 ]; then
   done
 fi
 
+moe_notes=()
 busy_pids=()
 start_busy() {
   for ((i = 0; i < busy; i++)); do
@@ -143,7 +145,21 @@ for m in "${models[@]}"; do
   fi
   echo "$row" >>"$out"
   tail -1 "$out"
+  # A mixture of experts: the decode roofline counts its active bytes only (bench's
+  # weight_bytes_per_token); also its start-up, cold (an empty cache: blobs compiled, experts
+  # repacked) and warm, and peak RSS against file + K/V.
+  if [ "$(field "$dir/$name.npullm.json" 'd.get("expert_slabs_per_token", 0) > 0' %s)" = True ]; then
+    cache="$dir/cache-$name"
+    rm -rf "$cache"
+    t0=$(date +%s.%N); "$npullm" run -m "$m" --tokens 1 -n 1 -t "$threads" --cache-dir "$cache" >/dev/null 2>&1; t1=$(date +%s.%N)
+    "$npullm" run -m "$m" --tokens 1 -n 1 -t "$threads" --cache-dir "$cache" >/dev/null 2>&1; t2=$(date +%s.%N)
+    rm -rf "$cache"
+    moe_notes+=("$name: cold start $(python3 -c "print(f'{$t1 - $t0:.1f}')") s, warm $(python3 -c "print(f'{$t2 - $t1:.1f}')") s; $(field "$dir/$name.npullm.json" \
+      '(d["peak_rss_bytes"] / 2**20, '"$(stat -c %s "$m")"' / 2**20, d["kv"]["bytes"] / 2**20, d["expert_slabs_per_token"], d["expert_bytes_per_token"] / 2**20)' \
+      'peak RSS %.0f MiB (file %.0f MiB + K/V %.0f MiB); a decoded token read %.0f expert slabs, %.0f MiB')")
+  fi
 done
+for note in "${moe_notes[@]}"; do echo "$note" | tee -a "$out"; done
 
 stories="${NPULLM_SHARED_DIR:-$(cd .. && pwd)/shared}/models/llama2c/stories260K.gguf"
 if [ "$busy" -gt 0 ] && [ -f "$stories" ]; then
