@@ -249,7 +249,7 @@ TEST(ToolConstraint, RequiredFromTheFirstTokenAutoFromTheTrigger) {
   ordered_json j = ordered_json::parse(s.source);
   EXPECT_EQ(j["type"], "array");
   EXPECT_EQ(j["minItems"], 1);
-  EXPECT_FALSE(j.contains("maxItems"));
+  EXPECT_EQ(j["maxItems"], kMaxParallelCalls);
   ASSERT_EQ(j["items"]["anyOf"].size(), 2u);
   EXPECT_EQ(j["items"]["anyOf"][0]["properties"]["name"]["const"], "get_weather");
   EXPECT_EQ(j["items"]["anyOf"][0]["properties"]["arguments"], tools[0].parameters);

@@ -54,6 +54,9 @@ const TOOLS = [
   { type: 'function', function: { name: 'get_time', description: 'The time in a zone', parameters: TIME_PARAMS, strict: true } },
 ];
 const PARAMS_OF = { get_weather: WEATHER_PARAMS, get_time: TIME_PARAMS };
+// The same without strict: the client's helper parses strict tools' arguments itself and throws on
+// a reply cut at max_tokens, which a free (auto / none) reply may well be.
+const LOOSE = TOOLS.map((t) => ({ type: 'function', function: { ...t.function, strict: false } }));
 const USER = [{ role: 'user', content: 'What is the weather in Paris, and the time there?' }];
 
 const failures = [];  // constrained-output checks, reported together at the end
@@ -145,7 +148,10 @@ async function everyField() {
       assert.equal(status, 200, `${what}: status ${status} ${JSON.stringify(json)}`);
       const content = json.choices[0].message.content;
       if (check && json.choices[0].finish_reason !== 'length') check(content, what);
-      else if (check) expect(false, `${what}: cut at max_tokens: ${JSON.stringify(content)}`);
+      // json_object bounds no string: a model that never closes one (these golden models are random
+      // weights) runs to max_tokens. Every other case here bounds its output.
+      else if (check && what !== 'response_format json_object') expect(false, `${what}: cut at max_tokens: ${JSON.stringify(content)}`);
+      else if (check) console.log(`note: ${what} ran to max_tokens (no string bound): ${JSON.stringify(content.slice(0, 80))}...`);
     } else {
       assert.equal(status, 400, `${what}: status ${status} ${JSON.stringify(json).slice(0, 300)}`);
       assert.equal(json.error?.param, want, `${what}: the 400 names ${json.error?.param}: ${json.error?.message}`);
@@ -202,10 +208,17 @@ async function toolCalls() {
   ];
   for (const [what, extra, want] of kinds) {
     for (let i = 0; i < N; i++) {
-      const params = { messages: USER, tools: TOOLS, max_tokens: MAX, temperature: 0.9, seed: 1000 + i, ...extra };
+      // Room for the most calls a reply may make (8), each of bounded arguments.
+      const params = { messages: USER, tools: TOOLS, max_tokens: 8 * 60, temperature: 0.9, seed: 1000 + i, ...extra };
       const plain = await client.chat.completions.create(params);
       checkCalls(plain.choices[0], `${what} #${i}`, want);
-      const streamed = await streamTools(params);
+      let streamed;
+      try {
+        streamed = await streamTools(params);
+      } catch (e) {
+        expect(false, `${what} #${i}: streamed: ${e.message} (non-streamed: ${plain.choices[0].finish_reason})`);
+        continue;
+      }
       // Streamed and not: the same calls (ids are fresh per request), content and finish reason.
       assert.deepEqual(callsOf(streamed.choices[0].message), callsOf(plain.choices[0].message), `${what} #${i}: streamed calls differ`);
       assert.equal(streamed.choices[0].message.content ?? null, plain.choices[0].message.content ?? null, `${what} #${i}: streamed content differs`);
@@ -217,9 +230,9 @@ async function toolCalls() {
   const none = await client.chat.completions.create({ messages: USER, tools: TOOLS, tool_choice: 'none', max_tokens: 24, temperature: 0 });
   assert.equal(none.choices[0].message.tool_calls, undefined, 'tool_choice none: no calls');
   assert.ok(['stop', 'length'].includes(none.choices[0].finish_reason));
-  const auto = await client.chat.completions.create({ messages: USER, tools: TOOLS, max_tokens: MAX, temperature: 0 });
+  const auto = await client.chat.completions.create({ messages: USER, tools: LOOSE, max_tokens: MAX, temperature: 0 });
   if (auto.choices[0].message.tool_calls) checkCalls(auto.choices[0], 'auto');
-  const autoStreamed = await streamTools({ messages: USER, tools: TOOLS, max_tokens: MAX, temperature: 0 });
+  const autoStreamed = await streamTools({ messages: USER, tools: LOOSE, max_tokens: MAX, temperature: 0 });
   assert.deepEqual(callsOf(autoStreamed.choices[0].message), callsOf(auto.choices[0].message), 'auto: streamed calls differ');
   assert.equal(autoStreamed.choices[0].message.content ?? '', auto.choices[0].message.content ?? '', 'auto: streamed content differs');
 

@@ -33,8 +33,7 @@ StructuredOutput tool_constraint(Family family, const std::vector<Tool>& tools, 
   for (const Tool& t : tools)
     if (choice.mode != ToolChoice::Mode::Named || t.name == choice.name) alternatives.push_back(call_schema(family, t));
   const ordered_json one = alternatives.size() == 1 ? alternatives[0] : ordered_json{{"anyOf", alternatives}};
-  ordered_json array = {{"type", "array"}, {"items", one}, {"minItems", 1}};
-  if (!parallel) array["maxItems"] = 1;
+  ordered_json array = {{"type", "array"}, {"items", one}, {"minItems", 1}, {"maxItems", parallel ? kMaxParallelCalls : 1}};
   s.kind = StructuredOutput::Kind::JsonSchema;
   if (choice.mode == ToolChoice::Mode::Auto) {
     s.trigger = trigger_of(family);

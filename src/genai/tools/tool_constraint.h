@@ -17,6 +17,10 @@
 
 namespace npullm::genai::tools {
 
+// Calls one constrained reply may make at most (parallel_tool_calls): OpenAI states no bound, but
+// without one a model that keeps adding calls would only stop at max_tokens, its reply cut.
+inline constexpr int kMaxParallelCalls = 8;
+
 StructuredOutput tool_constraint(Family family, const std::vector<Tool>& tools, const ToolChoice& choice, bool parallel);
 
 // The JSON Schema of one call of `tool` in the family's form ({"name": const, "arguments"|"parameters": schema}).
