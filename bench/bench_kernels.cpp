@@ -131,6 +131,9 @@ void fill_weights(GgmlType t, uint8_t* w, size_t bytes, uint64_t seed) {
     case GgmlType::Q6_K: f16 = {208}; break;
     case GgmlType::Q3_K: f16 = {108}; break;
     case GgmlType::Q2_K: f16 = {80, 82}; break;
+    case GgmlType::MXFP4:  // scale bytes 120..123 (2^-8 .. 2^-5): weights below 0.4 (golden gpt-oss: 123, 124)
+      for (size_t off = 0; off + bs <= bytes; off += bs) w[off] = static_cast<uint8_t>(120 + splitmix(seed) % 4);
+      return;
     default: break;
   }
   for (size_t off = 0; off + bs <= bytes; off += bs)
@@ -326,11 +329,16 @@ void BM_AttentionDecode(benchmark::State& st, int64_t C, bool cold, bool head_ma
 int main(int argc, char** argv) {
   const GgmlType decode_types[] = {GgmlType::F32,  GgmlType::F16,  GgmlType::BF16, GgmlType::Q8_0,
                                    GgmlType::Q4_0, GgmlType::Q4_1, GgmlType::Q5_0, GgmlType::Q5_1,
-                                   GgmlType::Q4_K, GgmlType::Q5_K, GgmlType::Q6_K, GgmlType::Q3_K};
+                                   GgmlType::Q4_K, GgmlType::Q5_K, GgmlType::Q6_K, GgmlType::Q3_K,
+                                   GgmlType::IQ4_NL, GgmlType::MXFP4};
   const GgmlType prefill_types[] = {GgmlType::F16,  GgmlType::Q8_0, GgmlType::Q4_0, GgmlType::Q5_0,
-                                    GgmlType::Q4_K, GgmlType::Q5_K, GgmlType::Q6_K};
+                                    GgmlType::Q4_K, GgmlType::Q5_K, GgmlType::Q6_K, GgmlType::IQ4_NL,
+                                    GgmlType::MXFP4};
   // TinyLlama-1.1B: ffn_up/gate (K 2048 -> N 5632), attn (2048 -> 2048), ffn_down (5632 -> 2048).
   const std::pair<int64_t, int64_t> decode_shapes[] = {{2048, 5632}, {2048, 2048}, {5632, 2048}};
+  // gpt-oss-20b's expert matrices (2880 -> 2880: 90 blocks of 32 per row, 11 octets and 2), for the
+  // 4-bit types of 32-element blocks: MXFP4 (its experts' type) against Q4_0 and IQ4_NL.
+  const GgmlType expert_types[] = {GgmlType::Q4_0, GgmlType::IQ4_NL, GgmlType::MXFP4};
   for (int64_t C : {32, 256, 1024})
     benchmark::RegisterBenchmark(("AttentionDecode/F16/" + std::to_string(C)).c_str(), BM_AttentionDecode, C, false, false, GgmlType::F16)
         ->Unit(benchmark::kMicrosecond);
@@ -358,6 +366,22 @@ int main(int argc, char** argv) {
                                        npullm::WeightLayout::Panels16)
               ->UseRealTime();
       }
+    for (GgmlType t : expert_types) {
+      const std::string name = "Decode/" + std::string(npullm::ggml_type_name(t)) + "/2880/2880/" + std::to_string(threads);
+      benchmark::RegisterBenchmark(name.c_str(), BM_Decode, t, int64_t{2880}, int64_t{2880}, threads, npullm::WeightLayout::Rows)
+          ->UseRealTime();
+      if (cpu::matmul_reads_panels16(t, 2880))
+        benchmark::RegisterBenchmark(("DecodePanels" + name.substr(6)).c_str(), BM_Decode, t, int64_t{2880}, int64_t{2880},
+                                     threads, npullm::WeightLayout::Panels16)
+            ->UseRealTime();
+      for (int64_t M : {64, 512}) {
+        const std::string pname = "Prefill/" + std::string(npullm::ggml_type_name(t)) + "/" + std::to_string(M) +
+                                  "/2880/2880/" + std::to_string(threads);
+        benchmark::RegisterBenchmark(pname.c_str(), BM_Prefill, t, M, int64_t{2880}, int64_t{2880}, threads)
+            ->UseRealTime()
+            ->Unit(benchmark::kMillisecond);
+      }
+    }
     // 2048 x 256: 280 KB (Q4_0) to 590 KB (Q8_0), resident in a 1 MB L2; 896 x 512 (Qwen2.5-0.5B's
     // width: 28 blocks of 32 per row, not a whole number of 8-block octets) about as much.
     const std::pair<int64_t, int64_t> warm_shapes[] = {{2048, 256}, {896, 512}};
