@@ -60,6 +60,7 @@ const LOOSE = TOOLS.map((t) => ({ type: 'function', function: { ...t.function, s
 const USER = [{ role: 'user', content: 'What is the weather in Paris, and the time there?' }];
 
 const failures = [];  // constrained-output checks, reported together at the end
+const tally = { validated: 0, toolReplies: 0, calls: 0 };  // what passed, printed at the end
 function expect(ok, what) {
   if (!ok) failures.push(what);
   return ok;
@@ -67,7 +68,9 @@ function expect(ok, what) {
 
 function validates(schema, value, what) {
   const v = ajv.compile(schema);
-  return expect(v(value), `${what}: ${JSON.stringify(value)} does not validate: ${ajv.errorsText(v.errors)}`);
+  const ok = expect(v(value), `${what}: ${JSON.stringify(value)} does not validate: ${ajv.errorsText(v.errors)}`);
+  if (ok) tally.validated++;
+  return ok;
 }
 
 function parses(text, what) {
@@ -189,6 +192,8 @@ const callsOf = (m) => (m.tool_calls ?? []).map((c) => ({ type: c.type, name: c.
 function checkCalls(choice, what, { names = Object.keys(PARAMS_OF), max = Infinity } = {}) {
   const calls = choice.message.tool_calls ?? [];
   if (!expect(calls.length > 0, `${what}: no tool call (finish ${choice.finish_reason}, content ${JSON.stringify(choice.message.content)})`)) return;
+  tally.toolReplies++;
+  tally.calls += calls.length;
   expect(calls.length <= max, `${what}: ${calls.length} calls, at most ${max} asked`);
   expect(choice.finish_reason === 'tool_calls', `${what}: finish_reason ${choice.finish_reason}`);
   for (const c of calls) {
@@ -304,6 +309,7 @@ main(async () => {
   await toolCalls();
   await jsonSchemaReplies();
   await vercel();
+  console.log(`structured: ${tally.toolReplies} replies with ${tally.calls} tool calls, ${tally.validated} values valid against their schema (ajv), ${failures.length} failures`);
   if (failures.length) {
     throw new Error(`${failures.length} constrained-output checks failed (genai/grammar keeps output to a schema):\n  ${failures.slice(0, 40).join('\n  ')}`);
   }
