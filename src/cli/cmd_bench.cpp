@@ -511,8 +511,17 @@ void add_bench(CLI::App& app, Actions& actions) {
       ->capture_default_str()
       ->check(CLI::Range(0, 256));
   cmd->add_flag("--json", o->json, "print one JSON object");
+  auto schema = std::make_shared<std::string>();
+  cmd->add_option("--json-schema", *schema, "instead: what structured output under this JSON Schema costs (compile, mask and "
+                  "check time per token, decode with and without it)")->check(CLI::ExistingFile);
   o->rt.add_to(cmd);
-  actions.push_back([cmd, o]() -> int { return cmd->parsed() ? run(*o) : -1; });
+  actions.push_back([cmd, o, schema]() -> int {
+    if (!cmd->parsed()) return -1;
+    if (schema->empty()) return run(*o);
+    GenerateOptions go;
+    go.rt = o->rt;
+    return bench_grammar(o->model, *schema, o->n_gen, go.pipeline_config(), o->json);
+  });
 }
 
 }  // namespace npullm::cli

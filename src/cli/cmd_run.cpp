@@ -14,9 +14,12 @@ struct RunOptions {
   std::string model, prompt, system, tokens;
   bool json = false, chat = false;
   GenerateOptions go;
+  StructuredOptions so;
 };
 
 int run(const RunOptions& o) {
+  GenerationConfig gen = o.go.gen;
+  gen.structured = o.so.resolve();
   LLMPipeline pipe(o.model, o.go.pipeline_config());
   // With a chat template the prompt is one user turn; otherwise it is continued as it is.
   if (!o.tokens.empty() && !o.prompt.empty()) fail("--tokens and --prompt exclude each other");
@@ -35,8 +38,8 @@ int run(const RunOptions& o) {
       return true;
     };
   // --tokens: exactly these ids, no tokenizer and no template in the way (as `logits` takes them).
-  const GenerationResult r = o.tokens.empty() ? pipe.generate(o.prompt, o.go.gen, streamer)
-                                              : pipe.generate_ids(parse_token_ids(o.tokens), o.go.gen, streamer);
+  const GenerationResult r = o.tokens.empty() ? pipe.generate(o.prompt, gen, streamer)
+                                              : pipe.generate_ids(parse_token_ids(o.tokens), gen, streamer);
   const GenerationMetrics& m = r.metrics;
   if (o.json) {
     nlohmann::json j;
@@ -77,6 +80,7 @@ void add_run(CLI::App& app, Actions& actions) {
   cmd->add_option("--system", o->system, "system message (with --chat or --chat-template)");
   cmd->add_flag("--json", o->json, "print one JSON object (prompt_ids, ids, text, finish_reason, metrics) instead of streaming");
   o->go.add_to(cmd);
+  o->so.add_to(cmd);
   actions.push_back([cmd, o]() -> int { return cmd->parsed() ? run(*o) : -1; });
 }
 

@@ -24,6 +24,7 @@ void add_synth(CLI::App& app, Actions& actions);
 void add_chat_template(CLI::App& app, Actions& actions);
 void add_serve(CLI::App& app, Actions& actions);
 void add_cache(CLI::App& app, Actions& actions);
+void add_grammar(CLI::App& app, Actions& actions);
 
 // Options shared by every command that builds a runtime (chunk, variants, threads, cache).
 struct RuntimeOptions {
@@ -55,6 +56,18 @@ struct GenerateOptions {
   void add_to(CLI::App* cmd);
   PipelineConfig pipeline_config() const;
 };
+
+// Structured output: --json-schema FILE | --grammar FILE | --regex RE | --json-object, and with
+// `with_trigger` --grammar-trigger TEXT (cli/structured_options.cpp).
+struct StructuredOptions {
+  std::string json_schema_file, grammar_file, regex, trigger;
+  bool json_object = false;
+  void add_to(CLI::App* cmd, bool with_trigger = true);
+  StructuredOutput resolve() const;  // reads the files; kind None when no option was given
+};
+
+// npullm bench --json-schema FILE (cli/bench_grammar.cpp): structured output's costs.
+int bench_grammar(const std::string& model, const std::string& schema_file, int64_t n_gen, const PipelineConfig& cfg, bool json);
 
 // "1,2,3" -> {1, 2, 3}; an npullm::Error naming the first item that is not a token id.
 std::vector<int32_t> parse_token_ids(const std::string& text);

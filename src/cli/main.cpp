@@ -21,6 +21,7 @@ int main(int argc, char** argv) {
   npullm::cli::add_synth(app, actions);
   npullm::cli::add_serve(app, actions);
   npullm::cli::add_cache(app, actions);
+  npullm::cli::add_grammar(app, actions);
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {

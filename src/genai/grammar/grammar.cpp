@@ -352,7 +352,10 @@ std::string Grammar::describe() const {
       while (d + 1 < 256 && b.test(static_cast<size_t>(d + 1))) ++d;
       auto one = [](int x) { return x >= 0x21 && x < 0x7F && x != ']' && x != '\\' && x != '-' ? std::string(1, static_cast<char>(x)) : fmt::format("\\x{:02X}", x); };
       t += one(c);
-      if (d > c) t += "-" + one(d);
+      if (d > c) {
+        t += '-';
+        t += one(d);
+      }
       c = d;
     }
     return t + "]";
