@@ -136,7 +136,9 @@ TEST(GrammarJsonSchema, NumberBoundsNeverAcceptOutside) {
     const double v = i / 100.0;
     char buf[32];
     snprintf(buf, sizeof buf, "%.2f", v);
-    if (in_language(g, buf)) EXPECT_TRUE(v >= -2.5 && v <= 3.25) << buf;
+    if (in_language(g, buf)) {
+      EXPECT_TRUE(v >= -2.5 && v <= 3.25) << buf;
+    }
   }
   EXPECT_TRUE(in_language(g, "3"));
   EXPECT_TRUE(in_language(g, "2.999"));
