@@ -33,6 +33,9 @@ ApiError bad_request(std::string message, std::string param, std::string code) {
 
 namespace {
 
+// Keys one object of a body may have (see parse_request).
+constexpr size_t kMaxObjectKeys = 512;
+
 // Thrown inside the parser, turned into the result at its top.
 struct Invalid {
   ApiError error;
@@ -443,8 +446,22 @@ ApiRequest parse(const json& o, bool chat, const RequestLimits& limits) {
 
 std::variant<ApiRequest, ApiError> parse_request(const std::string& body, bool chat, const RequestLimits& limits) {
   json o;
+  // An ordered object finds a key by walking its keys, so parsing an object of k keys costs k^2:
+  // a hostile body of one object with a million keys would take minutes. No request needs many
+  // keys in one object; more than kMaxObjectKeys is refused while parsing.
+  std::vector<size_t> keys;  // per open object, its keys so far
+  bool too_many = false;
+  auto count = [&](int, json::parse_event_t ev, json&) {
+    if (ev == json::parse_event_t::object_start) keys.push_back(0);
+    else if (ev == json::parse_event_t::object_end && !keys.empty()) keys.pop_back();
+    else if (ev == json::parse_event_t::key && !keys.empty() && ++keys.back() > kMaxObjectKeys) too_many = true;
+    if (too_many) throw Invalid{bad_request(fmt::format("an object in the request body has more than {} keys", kMaxObjectKeys))};
+    return true;
+  };
   try {
-    o = json::parse(body);
+    o = json::parse(body, count);
+  } catch (const Invalid& e) {
+    return e.error;
   } catch (const json::exception& e) {
     // nlohmann reports invalid UTF-8 inside strings as a parse error too, and a number beyond
     // double's range (1e309) as out_of_range.406, not as a parse error.

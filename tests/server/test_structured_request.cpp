@@ -201,5 +201,16 @@ TEST(StructuredRequest, EveryDocumentedFieldIsHonouredOrRefused) {
   for (const auto& [extra, param] : cases) EXPECT_EQ(refused(chat(extra)), param) << extra;
 }
 
+// Bodies are parsed with their keys in order, which costs k^2 for an object of k keys: a body
+// with a huge object is refused while parsing (before its k^2 could add up).
+TEST(StructuredRequest, AnObjectWithTooManyKeysIsRefusedWhileParsing) {
+  std::string meta;
+  for (int i = 0; i < 200000; ++i) meta += (i ? ",\"k" : "\"k") + std::to_string(i) + "\":0";
+  auto r = parse_request(chat("\"metadata\":{" + meta + "}"), true, kLimits);
+  ASSERT_TRUE(std::holds_alternative<ApiError>(r));
+  EXPECT_NE(std::get<ApiError>(r).message.find("more than 512 keys"), std::string::npos);
+  EXPECT_EQ(refused(chat(R"("metadata":{"a":"b","c":"d"})")), "<accepted>");
+}
+
 }  // namespace
 }  // namespace npullm::server
