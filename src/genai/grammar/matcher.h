@@ -53,6 +53,7 @@ class Matcher {
   size_t state_count() const { return states_.size(); }
 
   const Grammar& grammar() const { return *g_; }
+  const std::shared_ptr<const Grammar>& grammar_ptr() const { return g_; }
 
  private:
   struct Node {

@@ -8,6 +8,7 @@ namespace npullm::genai::grammar {
 
 namespace {
 constexpr size_t kCachedMasks = 32;
+constexpr size_t kMaxStates = 20000;  // of a request's matcher (about 1 KiB each once stepped from)
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -91,9 +92,13 @@ bool TokenMatcher::accept(int32_t id) {
     const std::string rest = (text_ + p).substr(end);
     triggered_ = true;
     text_.clear();
-    return m_.accept(rest);
+    if (!m_.accept(rest)) return false;
+    constrained_ += rest;
+    return true;
   }
-  return m_.accept(p);
+  if (!m_.accept(p)) return false;
+  constrained_ += p;
+  return true;
 }
 
 // Depth-first over the trie; a subtree is entered only when its byte is allowed in `state`.
@@ -121,6 +126,13 @@ std::span<const uint64_t> TokenMatcher::mask() {
     for (size_t id = 0; id < trie_->n_vocab(); ++id)
       if (allowed(static_cast<int32_t>(id))) scratch_[id / 64] |= uint64_t{1} << (id % 64);
   } else {
+    if (m_.state_count() > kMaxStates) {
+      // The lazily built DFA keeps every state a mask walk explored; past the bound, start a fresh
+      // one from the text so far (its masks are rebuilt as needed).
+      m_ = Matcher(m_.grammar_ptr());
+      m_.accept(constrained_);
+      cache_.clear();
+    }
     const int32_t state = m_.state();
     auto hit = std::find_if(cache_.begin(), cache_.end(), [&](const Cached& c) { return c.state == state; });
     if (hit != cache_.end()) {

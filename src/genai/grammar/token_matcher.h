@@ -82,6 +82,7 @@ class TokenMatcher {
   std::string trigger_;
   bool triggered_;
   std::string text_;  // before the trigger: the tail of the text that a trigger could still start in
+  std::string constrained_;  // the text the grammar has taken (to rebuild the matcher from)
 
   // Masks by matcher state; a small LRU.
   struct Cached {
