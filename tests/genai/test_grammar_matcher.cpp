@@ -7,6 +7,7 @@
 
 #include "genai/grammar/gbnf.h"
 #include "genai/grammar/json_schema.h"
+#include "genai/grammar/structured.h"
 #include "genai/grammar/token_matcher.h"
 #include "genai/sampling/sampler.h"
 #include "grammar_test_util.h"
@@ -122,6 +123,30 @@ TEST(GrammarMatcher, SamplerMaskHookKeepsOnlyAllowedTokens) {
   for (int i = 0; i < 200; ++i) {
     const int32_t id = s.sample(logits, mask);
     EXPECT_TRUE(id == 2 || id == 3) << id;
+  }
+}
+
+TEST(GrammarMatcher, GreedyDecodingPicksTheMaskedArgmax) {
+  // StructuredDecoder's greedy shortcut (the next best few tokens before a mask) must give exactly
+  // the sampler's argmax over the mask, ties to the lowest id.
+  auto trie = std::make_shared<const TokenTrie>(small_vocab());
+  const char* schema = R"({"type":"object","properties":{"name":{"type":"string"},"a":{"type":"array","items":{"type":"integer"}}}})";
+  std::mt19937 rng(3);
+  std::uniform_int_distribution<int> level(0, 3);  // few levels: many ties
+  for (int run = 0; run < 20; ++run) {
+    auto dec = StructuredDecoder::make({StructuredOutput::Kind::JsonSchema, schema, ""}, trie, {0});
+    TokenMatcher ref(compile_json_schema(schema), trie, {0});
+    Sampler s1(SamplerConfig{}), s2(SamplerConfig{});
+    for (int step = 0; step < 30 && !dec->must_end(); ++step) {
+      std::vector<float> logits(trie->n_vocab());
+      for (float& x : logits) x = static_cast<float>(level(rng));
+      const int32_t want = s2.sample(logits, ref.mask());
+      const int32_t got = dec->sample(s1, logits);
+      ASSERT_EQ(got, want) << "run " << run << " step " << step;
+      if (got == 0) break;
+      ASSERT_TRUE(dec->accept(got));
+      ASSERT_TRUE(ref.accept(got));
+    }
   }
 }
 

@@ -1,5 +1,7 @@
 #include "genai/grammar/structured.h"
 
+#include <algorithm>
+
 #include "genai/grammar/compile.h"
 
 namespace npullm::genai::grammar {
@@ -21,6 +23,27 @@ int32_t StructuredDecoder::sample(Sampler& sampler, std::span<const float> logit
   const int32_t first = sampler.sample(logits);
   if (m_.allowed(first)) return first;
   ++rejections_;
+  const SamplerConfig& c = sampler.config();
+  const bool plain_greedy = c.temperature <= 0.0f && (c.penalty_last_n == 0 || (c.repetition_penalty == 1.0f &&
+                                                      c.presence_penalty == 0.0f && c.frequency_penalty == 0.0f));
+  if (plain_greedy) {
+    // The masked argmax is the first allowed token in (logit descending, id ascending) order: try
+    // the next few best before building the whole mask.
+    constexpr size_t kTry = 8;
+    std::vector<std::pair<float, int32_t>>& top = top_;
+    top.clear();
+    auto better = [](const std::pair<float, int32_t>& a, const std::pair<float, int32_t>& b) {
+      return a.first > b.first || (a.first == b.first && a.second < b.second);
+    };
+    for (size_t i = 0; i < logits.size(); ++i) {
+      const std::pair<float, int32_t> x{logits[i], static_cast<int32_t>(i)};
+      if (top.size() == kTry && !better(x, top.back())) continue;
+      top.insert(std::upper_bound(top.begin(), top.end(), x, better), x);
+      if (top.size() > kTry) top.pop_back();
+    }
+    for (const auto& [logit, id] : top)
+      if (m_.allowed(id)) return id;
+  }
   const std::span<const uint64_t> mask = m_.mask();
   bool any = false;
   for (size_t w = 0; w < mask.size() && !any; ++w) any = mask[w] != 0;

@@ -8,7 +8,8 @@
 //   }
 //
 // sample() is "sample first, check after": the sampler runs on the logits as they are, and only
-// when the grammar refuses its choice does it run again on the allowed tokens alone (the mask).
+// when the grammar refuses its choice does it run again on the allowed tokens alone (the mask);
+// plain greedy first tries the next best few tokens in order, which gives the same token.
 // For greedy decoding this is exactly the masked argmax. With a temperature the draw is
 // p(t) + P(refused) * q(t) with q the distribution over allowed tokens, which equals q(t) when no
 // filter (top-k/top-p/min-p/typical) is on; with filters the first draw sees the unmasked
@@ -52,6 +53,7 @@ class StructuredDecoder {
   explicit StructuredDecoder(TokenMatcher m) : m_(std::move(m)) {}
   TokenMatcher m_;
   int64_t rejections_ = 0;
+  std::vector<std::pair<float, int32_t>> top_;  // greedy: the best few logits (scratch)
 };
 
 }  // namespace npullm::genai::grammar
