@@ -412,4 +412,19 @@ TEST(CliTools, ChatSaveAndLoadResumeWithTheKvRows) {
 }
 
 }  // namespace
+// A mixture of experts from the command line: `run --tokens` with F32 K/V gives llama.cpp's greedy ids
+// (../shared/golden/moe, README §7: all 32 for qwen3moe Q4_K_M), eos or not (--ignore-eos).
+TEST(Cli, RunTokensOnAMixtureOfExpertsGivesLlamaCppsGreedyIds) {
+  const std::string rel = "golden/moe/qwen3moe-spm.Q4_K_M";
+  NPULLM_REQUIRE_SHARED(rel + ".gguf");
+  const auto ref = nlohmann::json::parse(test::read_file(test::shared_path(rel + ".json")));
+  std::string ids;
+  for (int32_t id : ref["greedy"]["prompt_tokens"].get<std::vector<int32_t>>()) ids += (ids.empty() ? "" : ",") + std::to_string(id);
+  Proc r = test::run_npullm("run -m " + test::shared_path(rel + ".gguf") + " --tokens " + ids +
+                            " -n 32 --temp 0 --ignore-eos --kv-type f32 --json --no-cache");
+  ASSERT_EQ(r.rc, 0) << r.err;
+  const auto j = nlohmann::json::parse(r.out);
+  EXPECT_EQ(j["ids"].get<std::vector<int32_t>>(), ref["greedy"]["ids"].get<std::vector<int32_t>>());
+}
+
 }  // namespace npullm
