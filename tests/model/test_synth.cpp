@@ -280,6 +280,40 @@ TEST(Synth, GeneratedSentencePieceVocabIsWellFormed) {
   EXPECT_TRUE(seen.count("\xE2\x96\x81upon"));
 }
 
+// Every tensor of `ref` in `ours`, in the same order, with the same name, dims, type and bytes.
+void expect_same_tensors(const GgufFile& ours, const GgufFile& ref) {
+  ASSERT_EQ(ours.tensors().size(), ref.tensors().size());
+  for (size_t i = 0; i < ref.tensors().size(); ++i) {
+    const GgufTensorInfo& a = ours.tensors()[i];
+    const GgufTensorInfo& b = ref.tensors()[i];
+    ASSERT_EQ(a.name, b.name);
+    ASSERT_EQ(a.dims, b.dims) << a.name;
+    ASSERT_EQ(a.type, b.type) << a.name;
+    ASSERT_EQ(a.n_bytes, b.n_bytes) << a.name;
+    EXPECT_EQ(std::memcmp(a.data, b.data, a.n_bytes), 0) << a.name << " differs";
+  }
+}
+
+// Every <arch>.* key of `ref`, with its type and value, in `ours`, and no key it lacks.
+void expect_same_arch_keys(const GgufFile& ours, const GgufFile& ref) {
+  const std::string arch = *ref.get_string("general.architecture");
+  EXPECT_EQ(ours.get_string("general.architecture"), arch);
+  std::set<std::string> ref_keys, our_keys;
+  for (const auto& [key, value] : ref.metadata()) {
+    if (key.rfind(arch + ".", 0) != 0) continue;
+    ref_keys.insert(key);
+    const GgufValue* mine = ours.find(key);
+    ASSERT_NE(mine, nullptr) << key;
+    EXPECT_EQ(mine->type, value.type) << key;
+    if (value.is_integer()) EXPECT_EQ(mine->as_int(key), value.as_int(key)) << key;
+    else if (value.is_string()) EXPECT_EQ(ours.get_string(key), ref.get_string(key)) << key;
+    else EXPECT_EQ(mine->as_float(key), value.as_float(key)) << key;
+  }
+  for (const auto& [key, value] : ours.metadata())
+    if (key.rfind(arch + ".", 0) == 0) our_keys.insert(key);
+  EXPECT_EQ(our_keys, ref_keys);
+}
+
 // With the golden models' shapes, seeds and vocabularies, synth writes the tensors llama-quantize
 // wrote (../shared/golden/README.md §8): the value recipe, the mixture rules, the tensor order and
 // every quantiser agree byte for byte.
@@ -315,16 +349,7 @@ TEST(Synth, ReproducesGoldenModelsTensorForTensor) {
     const std::string path = write(o, std::string(c.golden) + ".gguf");
     const auto ours = GgufFile::open(path);
     const auto ref = GgufFile::open(test::shared_path(std::string("golden/") + c.golden + ".gguf"));
-    ASSERT_EQ(ours->tensors().size(), ref->tensors().size());
-    for (size_t i = 0; i < ref->tensors().size(); ++i) {
-      const GgufTensorInfo& a = ours->tensors()[i];
-      const GgufTensorInfo& b = ref->tensors()[i];
-      ASSERT_EQ(a.name, b.name);
-      ASSERT_EQ(a.dims, b.dims) << a.name;
-      ASSERT_EQ(a.type, b.type) << a.name;
-      ASSERT_EQ(a.n_bytes, b.n_bytes) << a.name;
-      EXPECT_EQ(std::memcmp(a.data, b.data, a.n_bytes), 0) << a.name << " differs";
-    }
+    expect_same_tensors(*ours, *ref);
     const std::string key = "tokenizer.ggml.tokens";
     EXPECT_EQ(ours->get(key).as_array(key).size(), ref->get(key).as_array(key).size());
     fs::remove(path);  // 14-21 MB each
@@ -358,32 +383,8 @@ TEST(Synth, ReproducesGoldenArchModelsTensorForTensor) {
     const std::string path = write(o, std::string(c.golden) + ".gguf");
     const auto ours = GgufFile::open(path);
     const auto ref = GgufFile::open(test::shared_path(std::string("golden/arch/") + c.golden + ".Q4_K_M.gguf"));
-    ASSERT_EQ(ours->tensors().size(), ref->tensors().size());
-    for (size_t i = 0; i < ref->tensors().size(); ++i) {
-      const GgufTensorInfo& a = ours->tensors()[i];
-      const GgufTensorInfo& b = ref->tensors()[i];
-      ASSERT_EQ(a.name, b.name);
-      ASSERT_EQ(a.dims, b.dims) << a.name;
-      ASSERT_EQ(a.type, b.type) << a.name;
-      ASSERT_EQ(a.n_bytes, b.n_bytes) << a.name;
-      EXPECT_EQ(std::memcmp(a.data, b.data, a.n_bytes), 0) << a.name << " differs";
-    }
-    // Every <arch>.* key of the golden file, with its value (and no key it lacks).
-    const std::string arch = *ref->get_string("general.architecture");
-    EXPECT_EQ(ours->get_string("general.architecture"), arch);
-    std::set<std::string> ref_keys, our_keys;
-    for (const auto& [key, value] : ref->metadata()) {
-      if (key.rfind(arch + ".", 0) != 0) continue;
-      ref_keys.insert(key);
-      const GgufValue* mine = ours->find(key);
-      ASSERT_NE(mine, nullptr) << key;
-      EXPECT_EQ(mine->type, value.type) << key;
-      if (value.is_integer()) EXPECT_EQ(mine->as_int(key), value.as_int(key)) << key;
-      else EXPECT_EQ(mine->as_float(key), value.as_float(key)) << key;
-    }
-    for (const auto& [key, value] : ours->metadata())
-      if (key.rfind(arch + ".", 0) == 0) our_keys.insert(key);
-    EXPECT_EQ(our_keys, ref_keys);
+    expect_same_tensors(*ours, *ref);
+    expect_same_arch_keys(*ours, *ref);
     fs::remove(path);
   }
 }
@@ -447,30 +448,8 @@ TEST(Synth, ReproducesGoldenMoeModelTensorForTensor) {
     const std::string path = write(o, std::string(c.golden) + ".gguf");
     const auto ours = GgufFile::open(path);
     const auto ref = GgufFile::open(test::shared_path(std::string("golden/moe/") + c.golden + ".gguf"));
-    ASSERT_EQ(ours->tensors().size(), ref->tensors().size());
-    for (size_t i = 0; i < ref->tensors().size(); ++i) {
-      const GgufTensorInfo& a = ours->tensors()[i];
-      const GgufTensorInfo& b = ref->tensors()[i];
-      ASSERT_EQ(a.name, b.name);
-      ASSERT_EQ(a.dims, b.dims) << a.name;
-      ASSERT_EQ(a.type, b.type) << a.name;
-      ASSERT_EQ(a.n_bytes, b.n_bytes) << a.name;
-      EXPECT_EQ(std::memcmp(a.data, b.data, a.n_bytes), 0) << a.name << " differs";
-    }
-    const std::string arch = *ref->get_string("general.architecture");
-    std::set<std::string> ref_keys, our_keys;
-    for (const auto& [key, value] : ref->metadata()) {
-      if (key.rfind(arch + ".", 0) != 0) continue;
-      ref_keys.insert(key);
-      const GgufValue* mine = ours->find(key);
-      ASSERT_NE(mine, nullptr) << key;
-      if (value.is_integer()) EXPECT_EQ(mine->as_int(key), value.as_int(key)) << key;
-      else if (value.is_string()) EXPECT_EQ(ours->get_string(key), ref->get_string(key)) << key;
-      else EXPECT_EQ(mine->as_float(key), value.as_float(key)) << key;
-    }
-    for (const auto& [key, value] : ours->metadata())
-      if (key.rfind(arch + ".", 0) == 0) our_keys.insert(key);
-    EXPECT_EQ(our_keys, ref_keys);
+    expect_same_tensors(*ours, *ref);
+    expect_same_arch_keys(*ours, *ref);
     fs::remove(path);
   }
 }
