@@ -42,6 +42,13 @@ void read_yarn(const GgufFile& f, const std::string& p, HParams& h) {
   const double factor = f.get_float(p + "rope.scaling.factor").value_or(0.0);
   if (!(factor >= 1.0)) fail("{}: YaRN needs {}rope.scaling.factor >= 1, got {}", f.path(), p, factor);
   const int64_t orig = require_positive(f, p + "rope.scaling.original_context_length");
+  // llama.cpp's defaults are what npullm computes with (beta fast 32, slow 1, ramp 1, and the
+  // factor m on cos / sin); a file that sets another value would be run wrong, so it is refused.
+  for (const auto& [key, want] : {std::pair<const char*, double>{"rope.scaling.yarn_beta_fast", 32.0},
+                                  {"rope.scaling.yarn_beta_slow", 1.0}, {"rope.scaling.yarn_ext_factor", 1.0},
+                                  {"rope.scaling.yarn_attn_factor", 1.0}})
+    if (auto v = f.get_float(p + key); v && *v != want)
+      fail("{}: {}{} = {} is not supported (npullm's YaRN uses {})", f.path(), p, key, *v, want);
   const double n = static_cast<double>(h.n_rot), base = h.rope_freq_base;
   auto corr_dim = [&](double rotations) {
     return n * std::log(static_cast<double>(orig) / (rotations * 2.0 * 3.14159265358979323846)) / (2.0 * std::log(base));

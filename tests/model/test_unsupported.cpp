@@ -146,10 +146,12 @@ TEST(Unsupported, LongRopeFactorsAreNamed) {
 
 // Mixtures of experts npullm does not run are refused by name, never run wrong: the golden
 // qwen3moe file with a key of a routing variant added, or with a shared expert's tensor.
-std::vector<uint8_t> moe_variant(const GgufFile& f, const std::string& key, uint32_t value, const std::string& tensor) {
+std::vector<uint8_t> moe_variant(const GgufFile& f, const std::string& key, uint32_t value, const std::string& tensor,
+                                 const std::string& float_key = "", float float_value = 0) {
   GgufWriter w;
   for (const auto& [k, v] : f.metadata()) w.add(k, v);
   if (!key.empty()) w.add_u32(key, value);
+  if (!float_key.empty()) w.add_f32(float_key, float_value);
   for (const GgufTensorInfo& t : f.tensors())
     w.add_tensor(t.name, t.dims, t.type, std::vector<uint8_t>(t.data, t.data + t.n_bytes));
   if (!tensor.empty()) w.add_tensor(tensor, {256, 768}, GgmlType::F32, std::vector<uint8_t>(256 * 768 * 4));
@@ -173,6 +175,16 @@ TEST(Unsupported, MixtureOfExpertsVariantsAreNamed) {
     const std::string e = load_error(moe_variant(*f, c.key, c.value, c.tensor));
     EXPECT_NE(e.find(c.want), std::string::npos) << e;
   }
+}
+
+// gpt-oss's YaRN with another setting than llama.cpp's defaults (which npullm computes with) is
+// refused by name, not run with the defaults.
+TEST(Unsupported, YarnSettingsOtherThanTheDefaultsAreNamed) {
+  NPULLM_REQUIRE_SHARED("golden/moe/gpt-oss-spm.MXFP4_MOE.gguf");
+  const auto f = GgufFile::open(test::shared_path("golden/moe/gpt-oss-spm.MXFP4_MOE.gguf"));
+  EXPECT_EQ(load_error(moe_variant(*f, "", 0, "", "gpt-oss.rope.scaling.yarn_beta_fast", 32.0f)), "");
+  const std::string e = load_error(moe_variant(*f, "", 0, "", "gpt-oss.rope.scaling.yarn_beta_fast", 16.0f));
+  EXPECT_NE(e.find("gpt-oss.rope.scaling.yarn_beta_fast = 16 is not supported"), std::string::npos) << e;
 }
 
 }  // namespace
