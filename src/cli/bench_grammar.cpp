@@ -21,6 +21,7 @@
 #include "formats/gguf.h"
 #include "genai/grammar/compile.h"
 #include "genai/grammar/structured.h"
+#include "genai/grammar/token_classes.h"
 #include "genai/tokenizer/tokenizer.h"
 
 namespace npullm::cli {
@@ -88,12 +89,18 @@ int bench_grammar(const std::string& model, const std::string& schema_file, int6
   const auto trie = genai::grammar::make_token_trie(tok);
   const double trie_ms = us_between(t_trie, Clock::now()) / 1000.0;
   const std::vector<int32_t> ends = {tok.eos()};
+  // The schema's token classes over this vocabulary (what a request's grammar is given when it is
+  // made, off the decode thread): built once here, timed.
+  const auto t_classes = Clock::now();
+  auto classes = std::make_shared<genai::grammar::TokenClasses>(grammar, trie);
+  const size_t n_contexts = classes->precompute();
+  const double classes_ms = us_between(t_classes, Clock::now()) / 1000.0;
 
   // Replay of the model's reply: the check per token, and the steps with one choice.
   std::vector<double> check_us;
   int64_t forced = 0;
   {
-    genai::grammar::TokenMatcher tm(grammar, trie, ends);
+    genai::grammar::TokenMatcher tm(grammar, trie, ends, "", classes);
     for (int32_t id : r_on.ids) {
       if (popcount(tm.mask()) == 1) ++forced;
       const auto t0 = Clock::now();
@@ -106,7 +113,7 @@ int bench_grammar(const std::string& model, const std::string& schema_file, int6
   // Random logits: the sampled token is refused at (nearly) every step, so the mask path runs.
   std::vector<double> mask_us;
   {
-    genai::grammar::TokenMatcher tm(grammar, trie, ends);
+    genai::grammar::TokenMatcher tm(grammar, trie, ends, "", classes);
     std::mt19937 rng(1);
     std::normal_distribution<float> noise(0.0f, 3.0f);
     std::vector<float> logits(static_cast<size_t>(tok.n_vocab()));
@@ -133,13 +140,17 @@ int bench_grammar(const std::string& model, const std::string& schema_file, int6
                       {"tg_tps_off", tps_off},
                       {"tg_ratio", tps_off > 0 ? tps_on / tps_off : 0.0},
                       {"trie_ms", trie_ms},
+                      {"classes_ms", classes_ms},
+                      {"classes_contexts", n_contexts},
+                      {"classes_mib", static_cast<double>(classes->bytes()) / (1 << 20)},
                       {"n_vocab", tok.n_vocab()},
                       {"reply", r_on.text}};
   if (json) {
     fmt::print("{}\n", nlohmann::json{{"model", model}, {"grammar", g}}.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace));
   } else {
     fmt::print("model {} | vocabulary {} tokens (trie built in {:.0f} ms)\n", model, tok.n_vocab(), trie_ms);
-    fmt::print("schema compile {:.2f} ms (median of 21)\n", quantile(compile_ms, 0.5));
+    fmt::print("schema compile {:.2f} ms (median of 21); token classes over the vocabulary {:.0f} ms ({} contexts, {:.1f} MiB)\n",
+               quantile(compile_ms, 0.5), classes_ms, n_contexts, static_cast<double>(classes->bytes()) / (1 << 20));
     fmt::print("grammar work per token: refused every step (random logits) p50 {:.0f} us, p99 {:.0f} us; "
                "the model's own reply p50 {:.1f} us, p99 {:.1f} us\n",
                quantile(mask_us, 0.5), quantile(mask_us, 0.99), quantile(check_us, 0.5), quantile(check_us, 0.99));

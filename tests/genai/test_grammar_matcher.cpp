@@ -7,7 +7,9 @@
 
 #include "genai/grammar/gbnf.h"
 #include "genai/grammar/json_schema.h"
+#include "genai/grammar/regex.h"
 #include "genai/grammar/structured.h"
+#include "genai/grammar/token_classes.h"
 #include "genai/grammar/token_matcher.h"
 #include "genai/sampling/sampler.h"
 #include "grammar_test_util.h"
@@ -75,6 +77,62 @@ TEST(GrammarMatcher, MaskEqualsBruteForceAlongRandomWalks) {
         for (size_t k = 1; k < trie->n_vocab(); ++k) EXPECT_FALSE(bit(end, k));
         EXPECT_TRUE(bit(end, 0));
         break;
+      }
+    }
+  }
+}
+
+// A vocabulary of random pieces over the bytes JSON and the grammars below use (quotes, escapes,
+// brackets, digits, letters, spaces, newlines, a two-byte character split or whole), lengths 1-7:
+// many tokens run past the end of a string or a number, which is what the token classes must get
+// right.
+std::vector<std::string> random_vocab(size_t n, unsigned seed) {
+  const std::string alphabet = "{}[]\":, \n\\abcmnou0129-.e+tx@\xC3\xA9";
+  std::mt19937 rng(seed);
+  std::vector<std::string> v = {""};
+  for (auto& p : small_vocab()) v.push_back(p);
+  while (v.size() < n) {
+    std::string p;
+    const size_t len = 1 + rng() % 7;
+    for (size_t i = 0; i < len; ++i) p += alphabet[rng() % alphabet.size()];
+    v.push_back(p);
+  }
+  return v;
+}
+
+// The masks assembled from the precomputed token classes are the brute-force masks (each token
+// checked on its own against the whole state), in every state of random walks through schemas,
+// recursive GBNF, free JSON and a regular expression.
+TEST(GrammarMatcher, MaskFromTokenClassesEqualsBruteForce) {
+  auto trie = std::make_shared<const TokenTrie>(random_vocab(3000, 11));
+  const std::vector<std::shared_ptr<const Grammar>> grammars = {
+      compile_json_schema(R"({"type":"object","properties":{"name":{"type":"string","maxLength":4},
+          "a":{"type":"array","items":{"type":["integer","boolean","null"]}},"n":{"type":"number"},
+          "e":{"type":"string","format":"email"}},"required":["name"],"additionalProperties":false})"),
+      compile_json_object(),
+      compile_gbnf("root ::= expr\nexpr ::= term (\"+\" term)*\nterm ::= [0-9]+ | \"(\" expr \")\" | \"\\\"\" [a-z]* \"\\\"\"\n"),
+      compile_regex("[a-z]+@[a-z]+\\.(com|net)( [0-9]{1,3})?"),
+  };
+  std::mt19937 rng(5);
+  for (size_t gi = 0; gi < grammars.size(); ++gi) {
+    auto classes = std::make_shared<TokenClasses>(grammars[gi], trie);
+    EXPECT_GT(classes->precompute(), 0u);
+    for (int walk = 0; walk < 12; ++walk) {
+      TokenMatcher tm(grammars[gi], trie, {0}, "", classes);
+      TokenMatcher brute(grammars[gi], trie, {0});
+      for (int step = 0; step < 30; ++step) {
+        const std::span<const uint64_t> mask = tm.mask();
+        std::vector<int32_t> allowed;
+        for (size_t id = 0; id < trie->n_vocab(); ++id) {
+          ASSERT_EQ(bit(mask, id), brute.allowed(static_cast<int32_t>(id))) << "grammar " << gi << " token " << id << " ('"
+                                                                            << trie->piece(static_cast<int32_t>(id)) << "') at step " << step;
+          if (bit(mask, id)) allowed.push_back(static_cast<int32_t>(id));
+        }
+        if (allowed.empty()) break;  // the random vocabulary has no piece for what must come (equal to brute force)
+        const int32_t id = allowed[rng() % allowed.size()];
+        if (id == 0 || tm.must_end()) break;
+        ASSERT_TRUE(tm.accept(id));
+        ASSERT_TRUE(brute.accept(id));
       }
     }
   }

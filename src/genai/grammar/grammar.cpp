@@ -234,10 +234,13 @@ void GrammarBuilder::lower_alt(const Expr& e, std::vector<Elem>& out, const std:
     case Expr::Kind::Nothing: out.push_back({Elem::Ref, -2 - lower(e, name)}); return;
     case Expr::Kind::Repeat: {
       const Expr& x = e.items[0];
-      // The repeated item as one element: a user rule as is, anything else a rule of its own.
-      int32_t item;
-      if (x.kind == Expr::Kind::Ref) item = x.rule;
-      else item = -2 - lower(x, name);
+      // The repeated item as one element: a byte set as is (so that a run of whitespace or digits
+      // stays inside one rule, which keeps TokenClasses' contexts wide), a user rule as is,
+      // anything else a rule of its own.
+      Elem item{Elem::Ref, 0};
+      if (x.kind == Expr::Kind::Bytes) item = {Elem::Bytes, set_index(x.bytes)};
+      else if (x.kind == Expr::Kind::Ref) item.value = x.rule;
+      else item.value = -2 - lower(x, name);
       out.push_back({Elem::Ref, -2 - repeat_rule(item, e.min, e.max, name)});
       return;
     }
@@ -247,8 +250,7 @@ void GrammarBuilder::lower_alt(const Expr& e, std::vector<Elem>& out, const std:
 // Rule refs inside lowering: >= 0 are user rules (builder ids), <= -2 are lowered ids (-2 - id).
 // x{m,n}: m copies, then a right-recursive tail: x* as S ::= x S | "", x{0,k} as O_k ::= x O_{k-1} | "".
 // Right recursion costs the matcher no stack (a reference at an alternative's end is a tail call).
-int32_t GrammarBuilder::repeat_rule(int32_t item, int64_t min, int64_t max, const std::string& name) {
-  const Elem ref{Elem::Ref, item};
+int32_t GrammarBuilder::repeat_rule(Elem ref, int64_t min, int64_t max, const std::string& name) {
   int32_t tail = -1;  // lowered id of the optional tail
   if (max < 0) {
     tail = static_cast<int32_t>(lowered_.size());

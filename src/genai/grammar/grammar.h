@@ -110,7 +110,7 @@ class GrammarBuilder {
   int32_t lower(const Expr& e, const std::string& name);  // a rule whose body is e
   void lower_alt(const Expr& e, std::vector<Elem>& out, const std::string& name);
   int32_t set_index(const ByteSet& s);
-  int32_t repeat_rule(int32_t item, int64_t min, int64_t max, const std::string& name);
+  int32_t repeat_rule(Elem item, int64_t min, int64_t max, const std::string& name);  // item: a byte set or a rule reference
 
   std::vector<std::string> names_;
   std::vector<Expr> bodies_;

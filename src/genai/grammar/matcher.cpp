@@ -13,6 +13,18 @@ Matcher::Matcher(std::shared_ptr<const Grammar> g) : g_(std::move(g)) {
   state_ = intern_state();
 }
 
+Matcher::Matcher(std::shared_ptr<const Grammar> g, Detached) : g_(std::move(g)) {}
+
+int32_t Matcher::context_state(std::span<const int32_t> chain) {
+  ++stamp_;
+  out_.clear();
+  out_complete_ = false;
+  int32_t node = -1;
+  for (size_t k = chain.size(); k-- > 0;) node = intern(chain[k], node);
+  close(node);
+  return intern_state();
+}
+
 int32_t Matcher::intern(int32_t pos, int32_t parent) {
   const uint64_t key = (static_cast<uint64_t>(static_cast<uint32_t>(pos)) << 32) | static_cast<uint32_t>(parent);
   auto [it, fresh] = node_ids_.try_emplace(key, static_cast<int32_t>(nodes_.size()));
@@ -92,8 +104,10 @@ bool Matcher::accept(std::string_view bytes) {
   return true;
 }
 
-bool Matcher::can_accept(std::string_view bytes) {
-  int32_t s = state_;
+bool Matcher::can_accept(std::string_view bytes) { return can_accept_from(state_, bytes); }
+
+bool Matcher::can_accept_from(int32_t state, std::string_view bytes) {
+  int32_t s = state;
   for (unsigned char b : bytes)
     if ((s = step(s, b)) < 0) return false;
   return true;

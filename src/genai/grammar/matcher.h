@@ -32,6 +32,10 @@ namespace npullm::genai::grammar {
 class Matcher {
  public:
   explicit Matcher(std::shared_ptr<const Grammar> g);
+  // A matcher for walks that start inside the grammar (TokenClasses): no start state of its own;
+  // context_state() makes them. Its "complete" means "the stack given has run out".
+  struct Detached {};
+  Matcher(std::shared_ptr<const Grammar> g, Detached);
 
   // Takes all of `bytes`, or none of them (returns false and keeps the state).
   bool accept(std::string_view bytes);
@@ -51,6 +55,19 @@ class Matcher {
   bool complete(int32_t state) const { return states_[static_cast<size_t>(state)].complete; }
   const ByteSet& next_bytes(int32_t state) const { return states_[static_cast<size_t>(state)].next; }
   size_t state_count() const { return states_.size(); }
+  bool can_accept_from(int32_t state, std::string_view bytes);
+
+  // A state's stack tops: head i's top `depth` entries, the position that expects a byte first,
+  // then the positions the rules return to (fewer where the stack is shallower).
+  uint32_t head_count(int32_t state) const { return states_[static_cast<size_t>(state)].n_heads; }
+  void head_chain(int32_t state, uint32_t i, size_t depth, std::vector<int32_t>& out) const {
+    out.clear();
+    for (int32_t n = static_cast<int32_t>(head(state, i)); n >= 0 && out.size() < depth; n = nodes_[static_cast<size_t>(n)].parent)
+      out.push_back(nodes_[static_cast<size_t>(n)].pos);
+  }
+  // The state of the one stack `chain` (top first), below which nothing is known: the state is
+  // complete where that stack runs out.
+  int32_t context_state(std::span<const int32_t> chain);
 
   const Grammar& grammar() const { return *g_; }
   const std::shared_ptr<const Grammar>& grammar_ptr() const { return g_; }
@@ -67,6 +84,9 @@ class Matcher {
   int32_t intern(int32_t pos, int32_t parent);
   void close(int32_t node);           // expands node into out_
   int32_t intern_state();             // out_ (+ out_complete_) as a state id
+  size_t head(int32_t state, uint32_t i) const {
+    return static_cast<size_t>(heads_[states_[static_cast<size_t>(state)].first_head + i]);
+  }
 
   std::shared_ptr<const Grammar> g_;
   std::vector<Node> nodes_;

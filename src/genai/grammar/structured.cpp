@@ -3,6 +3,7 @@
 #include <algorithm>
 
 #include "genai/grammar/compile.h"
+#include "genai/grammar/token_classes.h"
 
 namespace npullm::genai::grammar {
 
@@ -16,7 +17,11 @@ std::unique_ptr<StructuredDecoder> StructuredDecoder::make(const StructuredOutpu
                                                            std::vector<int32_t> end_ids) {
   std::shared_ptr<const Grammar> g = compile(s);
   if (!g) return nullptr;
-  return std::unique_ptr<StructuredDecoder>(new StructuredDecoder(TokenMatcher(std::move(g), std::move(trie), std::move(end_ids), s.trigger)));
+  // The token classes of this grammar and vocabulary (built here, on the caller's thread, once per
+  // grammar): a full mask is then a few unions and a short list of checks.
+  auto classes = token_classes(g, trie);
+  return std::unique_ptr<StructuredDecoder>(
+      new StructuredDecoder(TokenMatcher(std::move(g), std::move(trie), std::move(end_ids), s.trigger, std::move(classes))));
 }
 
 int32_t StructuredDecoder::sample(Sampler& sampler, std::span<const float> logits) {

@@ -1,5 +1,7 @@
 #include "genai/grammar/token_matcher.h"
 
+#include "genai/grammar/token_classes.h"
+
 #include <algorithm>
 #include <functional>
 #include <numeric>
@@ -46,6 +48,7 @@ TokenTrie::TokenTrie(std::vector<std::string> pieces) : pieces_(std::move(pieces
     }
     for (size_t r = 0; r < runs.size(); ++r)
       build(edges_[nodes_[node].first_child + r].child, runs[r].first, runs[r].second, depth + 1);
+    nodes_[node].end_token = static_cast<uint32_t>(tokens_.size());
   };
   build(0, 0, order.size(), 0);
 }
@@ -53,8 +56,8 @@ TokenTrie::TokenTrie(std::vector<std::string> pieces) : pieces_(std::move(pieces
 // ---------------------------------------------------------------------------------------------
 
 TokenMatcher::TokenMatcher(std::shared_ptr<const Grammar> g, std::shared_ptr<const TokenTrie> trie, std::vector<int32_t> end_ids,
-                           std::string trigger)
-    : m_(std::move(g)), trie_(std::move(trie)), end_ids_(std::move(end_ids)), trigger_(std::move(trigger)), triggered_(trigger_.empty()) {}
+                           std::string trigger, std::shared_ptr<TokenClasses> classes)
+    : classes_(std::move(classes)), m_(std::move(g)), trie_(std::move(trie)), end_ids_(std::move(end_ids)), trigger_(std::move(trigger)), triggered_(trigger_.empty()) {}
 
 bool TokenMatcher::is_end(int32_t id) const { return std::find(end_ids_.begin(), end_ids_.end(), id) != end_ids_.end(); }
 
@@ -119,6 +122,46 @@ void TokenMatcher::walk(uint32_t node, int32_t state, std::vector<uint64_t>& bit
   }
 }
 
+// The union over the state's stacks of their contexts' accepted tokens, then each context's
+// uncertain tokens checked against the whole state. A context that leaves many tokens uncertain
+// is looked at again one entry deeper.
+void TokenMatcher::assemble(int32_t state, std::vector<uint64_t>& bits) {
+  const uint32_t n = m_.head_count(state);
+  std::vector<const TokenClasses::Context*> ctx(n);
+  for (uint32_t i = 0; i < n; ++i) {
+    const TokenClasses::Context* c = nullptr;
+    for (size_t depth = 2; depth <= TokenClasses::kMaxDepth; ++depth) {
+      m_.head_chain(state, i, depth, chain_);
+      if (c && chain_.size() < depth) break;  // the stack is no deeper
+      c = &classes_->at(chain_);
+      if (c->uncertain.size() <= TokenClasses::kDeepen) break;
+    }
+    ctx[i] = c;
+    if (!c->accepted_bits.empty()) {
+      for (size_t w = 0; w < bits.size(); ++w) bits[w] |= c->accepted_bits[w];
+    } else {
+      for (int32_t id : c->accepted_ids) bits[static_cast<size_t>(id) / 64] |= uint64_t{1} << (id % 64);
+    }
+  }
+  // A context's uncertain tokens come in the trie's order (sorted by bytes), so each check starts
+  // from the state after the bytes it shares with the previous token.
+  std::vector<int32_t>& at = walk_states_;
+  for (const TokenClasses::Context* c : ctx) {
+    std::string_view prev;
+    at.assign(1, state);  // at[k]: the state after the first k bytes of prev (-1: refused)
+    for (int32_t id : c->uncertain) {
+      const std::string& p = trie_->piece(id);
+      size_t k = 0;
+      while (k < prev.size() && k < p.size() && k + 1 < at.size() && prev[k] == p[k]) ++k;
+      at.resize(k + 1);
+      int32_t st = at[k];
+      for (; k < p.size() && st >= 0; ++k) at.push_back(st = m_.step(st, static_cast<uint8_t>(p[k])));
+      prev = p;
+      if (st >= 0 && k == p.size()) bits[static_cast<size_t>(id) / 64] |= uint64_t{1} << (id % 64);
+    }
+  }
+}
+
 std::span<const uint64_t> TokenMatcher::mask() {
   const size_t words = (trie_->n_vocab() + 63) / 64;
   scratch_.assign(words, 0);
@@ -140,7 +183,8 @@ std::span<const uint64_t> TokenMatcher::mask() {
     } else {
       ++masks_built_;
       Cached c{state, std::vector<uint64_t>(words, 0)};
-      walk(0, state, c.bits);
+      if (classes_) assemble(state, c.bits);
+      else walk(0, state, c.bits);
       cache_.push_front(std::move(c));
       if (cache_.size() > kCachedMasks) cache_.pop_back();
     }

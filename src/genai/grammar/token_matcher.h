@@ -35,6 +35,7 @@ class TokenTrie {
   struct Node {
     uint32_t first_child, n_children;  // into edges_
     uint32_t first_token, n_tokens;    // into tokens_: the tokens that end here
+    uint32_t end_token;                // into tokens_: one past the last token of the subtree (a subtree's tokens are one run)
   };
   struct Edge {
     uint8_t byte;
@@ -51,10 +52,14 @@ class TokenTrie {
   std::vector<int32_t> tokens_;
 };
 
+class TokenClasses;
+
 class TokenMatcher {
  public:
+  // `classes` (token_classes(g, trie)): the precomputed classes a full mask is assembled from;
+  // without them a mask walks the trie.
   TokenMatcher(std::shared_ptr<const Grammar> g, std::shared_ptr<const TokenTrie> trie, std::vector<int32_t> end_ids,
-               std::string trigger = "");
+               std::string trigger = "", std::shared_ptr<TokenClasses> classes = nullptr);
 
   // Whether token `id` may come next (end tokens: whether the text may end here).
   bool allowed(int32_t id);
@@ -75,7 +80,10 @@ class TokenMatcher {
   // Before the trigger: where, in text_ + bytes, the constrained part would start (npos: not yet).
   size_t trigger_end(std::string_view bytes) const;
   void walk(uint32_t node, int32_t state, std::vector<uint64_t>& bits);
+  void assemble(int32_t state, std::vector<uint64_t>& bits);  // from classes_
 
+  std::shared_ptr<TokenClasses> classes_;
+  std::vector<int32_t> chain_, walk_states_;  // scratch
   Matcher m_;
   std::shared_ptr<const TokenTrie> trie_;
   std::vector<int32_t> end_ids_;
