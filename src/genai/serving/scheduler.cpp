@@ -122,6 +122,8 @@ Scheduler::~Scheduler() { shutdown(); }
 
 int64_t Scheduler::slot_capacity() const { return rt_->capacity(); }
 
+int64_t Scheduler::n_vocab() const { return rt_->n_vocab(); }
+
 std::string Scheduler::description() const {
   const auto& hp = rt_->hparams();
   return fmt::format("{} ({}, {} layers, {} dim, vocab {}), {} slots x K/V capacities [{}], batch sizes [{}], {}", hp.name, hp.arch,
@@ -481,6 +483,10 @@ void Scheduler::publish() {
   st.last_batch = rs.last_batch;
   st.last_capacity = rs.last_capacity;
   st.last_active = rs.last_active;
+  st.parallel = rt_->slots();
+  st.slot_capacity = rt_->capacity();
+  st.capacities = rt_->variants();
+  st.batch_sizes = rt_->batch_sizes();
   st.slots.clear();
   st.busy_slots = 0;
   st.kv_rows_in_use = 0;

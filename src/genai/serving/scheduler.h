@@ -111,6 +111,12 @@ struct SlotStatus {
 };
 
 struct SchedulerStatus {
+  // The runtime's shape, fixed once the model is loaded: what a view of the slots (the server's
+  // /slots and its page, /metrics) shows beside their state, so it need not reach below genai.
+  int64_t parallel = 0;              // sequence slots
+  int64_t slot_capacity = 0;         // K/V rows per slot (C_max)
+  std::vector<int64_t> capacities;   // the generate variants' capacities, ascending
+  std::vector<int64_t> batch_sizes;  // the batch sizes of the generate blobs
   std::vector<SlotStatus> slots;
   int64_t queue = 0;                 // requests waiting for a slot
   int64_t busy_slots = 0;
@@ -165,6 +171,7 @@ class Scheduler {
 
   const std::string& model_name() const { return model_name_; }
   int64_t slot_capacity() const;                    // K/V rows per slot
+  int64_t n_vocab() const;                          // token ids run from 0 to n_vocab() - 1
   const npuw::LlmRuntime& runtime() const { return *rt_; }
   std::string description() const;
 
