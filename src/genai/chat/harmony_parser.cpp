@@ -53,6 +53,20 @@ size_t partial_marker_tail(std::string_view s) {
 
 }  // namespace
 
+HarmonyParser::HarmonyParser(bool text_first) {
+  if (text_first) {
+    state_ = State::Body;
+    sink_ = Sink::Content;
+    first_header_ = false;
+  }
+}
+
+std::string HarmonyParser::render_call(const Call& call) {
+  std::string s = "<|start|>assistant to=" + call.recipient + "<|channel|>commentary";
+  if (!call.constraint.empty()) s += " " + call.constraint;
+  return s + "<|message|>" + call.arguments + "<|call|>";
+}
+
 HarmonyParser::Delta HarmonyParser::feed(std::string_view piece) {
   Delta d;
   buf_.append(piece);
@@ -98,14 +112,14 @@ void HarmonyParser::process(Delta& d, bool at_end) {
       say(d, std::string_view(buf_).substr(0, at));
       // <|channel|> is already part of the next header; the other markers only end this body.
       buf_.erase(0, marker == kChannel ? at : at + marker.size());
-      close_body();
+      close_body(d);
       state_ = State::Header;
       continue;
     }
     const size_t hold = at_end ? 0 : partial_marker_tail(buf_);
     say(d, std::string_view(buf_).substr(0, buf_.size() - hold));
     buf_.erase(0, buf_.size() - hold);
-    if (at_end) close_body();
+    if (at_end) close_body(d);
     return;
   }
 }
@@ -136,8 +150,9 @@ void HarmonyParser::open_body(std::string_view header) {
   }
 }
 
-void HarmonyParser::close_body() {
+void HarmonyParser::close_body(Delta& d) {
   if (sink_ == Sink::Call) {
+    d.calls.push_back(call_);
     calls_.push_back(std::move(call_));
     call_ = Call{};
   }

@@ -20,6 +20,10 @@
 // Text before any header that never turns into one (a model that does not speak harmony) is
 // content. Headers and markers are never content.
 //
+// A parser made with `text_first` reads a stream in which text before any marker is content rather
+// than a header: the visible reply as the serving scheduler hands it on, with the calls it found
+// written back into it (render_call), which genai/tools' harmony tool-call parser reads.
+//
 // The result does not depend on how the text is cut into pieces: feeding the reply whole or a byte
 // at a time gives the same content, reasoning and calls (a partial marker at the end of a piece is
 // held back until the next piece tells what it is), so a streamed reply equals the non-streamed one.
@@ -32,16 +36,25 @@ namespace npullm::genai {
 
 class HarmonyParser {
  public:
-  // What a piece of text adds: visible reply and reasoning to show now.
-  struct Delta {
-    std::string content;
-    std::string reasoning;
-  };
   struct Call {
     std::string recipient;   // e.g. "functions.get_weather"
     std::string constraint;  // the content type after <|constrain|> or the channel ("json"), "" if none
     std::string arguments;   // the body as written
   };
+  // What a piece of text adds: visible reply and reasoning to show now, calls completed now.
+  struct Delta {
+    std::string content;
+    std::string reasoning;
+    std::vector<Call> calls;
+  };
+
+  HarmonyParser() = default;
+  explicit HarmonyParser(bool text_first);
+
+  // A call as a harmony message, the way gpt-oss's template writes an earlier call:
+  // <|start|>assistant to=RECIPIENT<|channel|>commentary CONSTRAINT<|message|>ARGUMENTS<|call|>.
+  // This parser reads it back as the same call.
+  static std::string render_call(const Call& call);
 
   Delta feed(std::string_view piece);
   Delta finish();  // the reply ended: what was held back
@@ -58,7 +71,7 @@ class HarmonyParser {
   void process(Delta& d, bool at_end);
   // Reads a finished header (the text before <|message|>) and picks where the body goes.
   void open_body(std::string_view header);
-  void close_body();
+  void close_body(Delta& d);
   void say(Delta& d, std::string_view text);
 
   State state_ = State::Header;
