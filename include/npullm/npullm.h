@@ -175,6 +175,32 @@ typedef struct npullm_sampling {
 
 npullm_sampling npullm_sampling_default(void);
 
+/* ---- structured output: the reply kept inside a language ---- */
+
+typedef enum npullm_structured_kind {
+  NPULLM_STRUCTURED_NONE = 0,         /* free text (source and trigger must be NULL or "") */
+  NPULLM_STRUCTURED_JSON_OBJECT = 1,  /* any JSON object (source NULL or "") */
+  NPULLM_STRUCTURED_JSON_SCHEMA = 2,  /* source: a JSON Schema as JSON text (draft 7, with $defs and prefixItems) */
+  NPULLM_STRUCTURED_GRAMMAR = 3,      /* source: a llama.cpp GBNF grammar, from its rule root */
+  NPULLM_STRUCTURED_REGEX = 4         /* source: a regular expression that the whole reply matches */
+} npullm_structured_kind;
+
+/* Constrains the replies of the session's following generations (npullm_generate,
+ * npullm_generate_tokens, npullm_chat) to a language, until it is called again;
+ * NPULLM_STRUCTURED_NONE makes them free text again (the default). trigger: NULL or "" constrains
+ * from the first token; otherwise the reply is free until this text appears in it and the
+ * constraint applies to what follows (lazy constraining, e.g. a tool call after "<tool_call>").
+ * A reply whose language is complete ends there (NPULLM_FINISH_EOS). The source is compiled now:
+ * one that is malformed or uses a feature not implemented is refused with
+ * NPULLM_ERR_INVALID_ARGUMENT and a message naming it (a JSON Schema keyword: "JSON Schema at
+ * '#/properties/a': keyword 'not' is not supported"; GBNF: the line and column), and the session
+ * keeps its previous setting. See docs/structured-output.md for what each kind accepts.
+ * (A function rather than fields of npullm_sampling, whose layout the ABI number fixes.) */
+npullm_status npullm_session_set_structured(npullm_session* session, npullm_structured_kind kind, const char* source,
+                                            const char* trigger);
+/* The same compile and check without a session: NPULLM_OK when the source is accepted. */
+npullm_status npullm_structured_check(npullm_structured_kind kind, const char* source, const char* trigger);
+
 /* Receives the generated text in UTF-8-complete pieces (piece[len] is NUL) as they are sampled.
  * Return nonzero to go on, 0 to cancel: the generation then ends after that token with
  * NPULLM_FINISH_CANCELLED (still NPULLM_OK). */

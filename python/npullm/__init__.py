@@ -9,11 +9,19 @@
     print("".join(chat.send("Tell me a story")))
     chat.save("chat.json")
 
-Errors from the library raise NpullmError (ContextLengthError for a prompt that cannot fit) with
+Structured output: generate() and send() take json_schema= (a dict or JSON text), grammar= (GBNF),
+regex= or json_object=True, and grammar_trigger= (constrain only after that text):
+
+    llm.generate("A person:", json_schema={"type": "object", "properties": {"name": {"type": "string"}}}).text()
+
+Errors from the library raise NpullmError (ContextLengthError for a prompt that cannot fit;
+StructuredOutputError, also a ValueError, for a refused schema, grammar or expression) with
 the library's message. A session runs one generation at a time; starting another cancels the first.
 """
 import ctypes
+import json
 import queue
+import re
 import threading
 from dataclasses import dataclass, field
 
@@ -34,6 +42,17 @@ class NpullmError(RuntimeError):
 
 class ContextLengthError(NpullmError):
     """The prompt cannot fit in the model's K/V capacity (beside the reply's reserve)."""
+
+
+class StructuredOutputError(NpullmError, ValueError):
+    """A schema, grammar or regular expression the library refused: the message names the keyword
+    argument and what was refused; `keyword` is the JSON Schema keyword when one was (e.g. "not"),
+    else None."""
+
+    def __init__(self, status, message):
+        super().__init__(status, message)
+        found = re.search(r"keyword '([^']*)'", message)
+        self.keyword = found.group(1) if found else None
 
 
 def _check(status):
@@ -88,6 +107,47 @@ def _sampling(max_new_tokens=256, temperature=0.0, top_k=0, top_p=1.0, min_p=0.0
     s.n_stop_token_ids = len(stop_token_ids)
     s.ignore_eos = int(bool(ignore_eos))
     return s, (stops, ids)  # the arrays must outlive the call
+
+
+_STRUCTURED_KINDS = {
+    "json_schema": _capi.STRUCTURED_JSON_SCHEMA,
+    "grammar": _capi.STRUCTURED_GRAMMAR,
+    "regex": _capi.STRUCTURED_REGEX,
+}
+
+
+def _structured(options):
+    """Takes the structured-output keywords out of `options`: (kind, source, trigger), each checked
+    by the library now so that a refused one raises at the call, not in the middle of the loop."""
+    given = {k: options.pop(k) for k in ("json_schema", "grammar", "regex") if options.get(k) is not None}
+    for k in ("json_schema", "grammar", "regex"):
+        options.pop(k, None)
+    json_object = bool(options.pop("json_object", False))
+    trigger = options.pop("grammar_trigger", None)
+    if json_object:
+        given["json_object"] = None
+    if len(given) > 1:
+        raise TypeError("at most one of json_schema, grammar, regex and json_object may be given, not "
+                        + " and ".join(sorted(given)))
+    if not given:
+        if trigger:
+            raise TypeError("grammar_trigger needs json_schema, grammar, regex or json_object")
+        return _capi.STRUCTURED_NONE, None, None, None
+    (name, source), = given.items()
+    if name == "json_object":
+        kind = _capi.STRUCTURED_JSON_OBJECT
+    else:
+        kind = _STRUCTURED_KINDS[name]
+        if name == "json_schema" and not isinstance(source, (str, bytes)):
+            source = json.dumps(source)  # a dict (or a boolean schema)
+        if isinstance(source, str):
+            source = source.encode()
+    trig = trigger.encode() if trigger else None
+    status = _lib.npullm_structured_check(kind, source, trig)
+    if status != _capi.OK:
+        message = _lib.npullm_last_error().decode("utf-8", "replace")
+        raise StructuredOutputError(_lib.npullm_status_name(status).decode(), f"{name}: {message}")
+    return kind, source, trig, name
 
 
 class Stream:
@@ -209,12 +269,24 @@ class _Session:
                 self._active = None
 
     def _stream(self, fn, first_arg, sampling):
-        s, keep = _sampling(**sampling)
+        return self._stream_call(lambda handle, s, callback, result: fn(handle, first_arg, s, callback, None, result), sampling)
+
+    def _stream_call(self, fn, options):
+        """A Stream running fn(handle, sampling, callback, result) with these sampling and
+        structured-output keywords; the session's constraint is set on the worker thread, right
+        before the call (the previous stream on this session has ended by then)."""
+        options = dict(options)
+        kind, source, trigger, name = _structured(options)
+        s, keep = _sampling(**options)
         handle = self._handle
 
         def call(callback, result):
             _keep = keep  # noqa: F841 (the stop arrays live as long as the call)
-            return fn(handle, first_arg, ctypes.byref(s), callback, None, result)
+            status = _lib.npullm_session_set_structured(handle, kind, source, trigger)
+            if status != _capi.OK:
+                message = _lib.npullm_last_error().decode("utf-8", "replace")
+                raise StructuredOutputError(_lib.npullm_status_name(status).decode(), f"{name}: {message}")
+            return fn(handle, ctypes.byref(s), callback, result)
         return Stream(self, call)
 
     def kv_state(self):
@@ -376,19 +448,18 @@ class LLM:
         """Streams a continuation of `prompt` (a string, or a list of token ids prefilled as they
         are). Sampling: max_new_tokens, temperature (0 = greedy), top_k, top_p, min_p, typical_p,
         repetition_penalty, presence_penalty, frequency_penalty, penalty_last_n, seed, stop
-        (strings), stop_token_ids, ignore_eos."""
+        (strings), stop_token_ids, ignore_eos. Structured output (at most one): json_schema (a dict
+        or JSON text), grammar (GBNF text), regex, json_object=True; grammar_trigger: the reply is
+        free until this text and constrained after it. A refused one raises StructuredOutputError
+        here, before anything is generated."""
         session = self._default_session()
         if isinstance(prompt, str):
             return session._stream(_lib.npullm_generate, prompt.encode(), sampling)
         ids = list(prompt)
         arr = (ctypes.c_int32 * len(ids))(*ids)
-        s, keep = _sampling(**sampling)
-        handle = session._handle
-
-        def call(callback, result):
-            _keep = (arr, keep)  # noqa: F841
-            return _lib.npullm_generate_tokens(handle, arr, len(ids), ctypes.byref(s), callback, None, result)
-        return Stream(session, call)
+        return session._stream_call(
+            lambda handle, s, callback, result: _lib.npullm_generate_tokens(handle, arr, len(ids), s, callback, None, result),
+            sampling)
 
     def chat(self, system=None):
         """A new conversation with its own K/V rows."""
@@ -419,4 +490,4 @@ class LLM:
             pass
 
 
-__all__ = ["LLM", "Chat", "Stream", "Result", "NpullmError", "ContextLengthError", "__version__"]
+__all__ = ["LLM", "Chat", "Stream", "Result", "NpullmError", "ContextLengthError", "StructuredOutputError", "__version__"]

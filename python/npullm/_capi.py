@@ -13,6 +13,7 @@ OK, ERR_INVALID_ARGUMENT, ERR_IO, ERR_MODEL, ERR_CONTEXT, ERR_OUT_OF_MEMORY, ERR
 KV_TYPES = {"f16": 0, "f32": 1, "q8_0": 2}
 CONTEXT_POLICIES = {"shift": 0, "truncate": 1}
 FINISH_REASONS = ["eos", "stop_token", "stop_string", "length", "cancelled"]
+STRUCTURED_NONE, STRUCTURED_JSON_OBJECT, STRUCTURED_JSON_SCHEMA, STRUCTURED_GRAMMAR, STRUCTURED_REGEX = range(5)
 
 c_int64_p = ctypes.POINTER(ctypes.c_int64)
 c_int32_p = ctypes.POINTER(ctypes.c_int32)
@@ -155,6 +156,8 @@ _PROTOTYPES = {
     "npullm_session_last_metrics": (_st, [_vp, ctypes.POINTER(Metrics)]),
     "npullm_session_save": (_st, [_vp, ctypes.c_char_p]),
     "npullm_session_load": (_st, [_vp, ctypes.c_char_p]),
+    "npullm_session_set_structured": (_st, [_vp, ctypes.c_int, ctypes.c_char_p, ctypes.c_char_p]),
+    "npullm_structured_check": (_st, [ctypes.c_int, ctypes.c_char_p, ctypes.c_char_p]),
 }
 
 

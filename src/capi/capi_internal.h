@@ -11,6 +11,7 @@
 #include <vector>
 
 #include "common/error.h"
+#include "genai/grammar/grammar.h"
 
 struct npullm_model {
   std::string path;
@@ -30,6 +31,7 @@ struct npullm_session {
   npullm::PipelineConfig cfg;
   std::unique_ptr<npullm::LLMPipeline> pipe;
   npullm_metrics last{};
+  npullm::StructuredOutput structured;  // npullm_session_set_structured: applies to every generation
 };
 
 namespace npullm::capi {
@@ -59,6 +61,8 @@ npullm_status guard(npullm_status npullm_error, F&& body) noexcept {
     return set_error(e.status, e.what());
   } catch (const ContextLengthError& e) {
     return set_error(NPULLM_ERR_CONTEXT, e.what());
+  } catch (const genai::grammar::GrammarError& e) {
+    return set_error(NPULLM_ERR_INVALID_ARGUMENT, e.what());  // a refused schema, grammar or expression
   } catch (const Error& e) {
     return set_error(npullm_error, e.what());
   } catch (const std::bad_alloc&) {

@@ -1,16 +1,18 @@
 // The C API's sessions: one LLMPipeline each (one sequence's K/V rows and conversation);
 // generation with a sampling config and a streaming callback that can cancel; the K/V state.
 #include <cstdlib>
+#include <cstring>
 #include <string>
 
 #include "capi/capi_internal.h"
+#include "genai/grammar/compile.h"
 
 using namespace npullm;
 using namespace npullm::capi;
 
 namespace {
 
-GenerationConfig generation_config(const npullm_sampling* s) {
+GenerationConfig generation_config(const npullm_session& session, const npullm_sampling* s) {
   const npullm_sampling d = npullm_sampling_default();
   const npullm_sampling& p = s ? *s : d;
   require(p.max_new_tokens >= 0, "max_new_tokens must not be negative");
@@ -41,7 +43,38 @@ GenerationConfig generation_config(const npullm_sampling* s) {
   }
   g.stop_token_ids.assign(p.stop_token_ids, p.stop_token_ids + p.n_stop_token_ids);
   g.ignore_eos = p.ignore_eos != 0;
+  g.structured = session.structured;
   return g;
+}
+
+// The C arguments -> a StructuredOutput, compiled (through the grammar cache, so the generation's
+// own compile is free): a refused source throws GrammarError, which guard() makes INVALID_ARGUMENT.
+StructuredOutput structured_of(npullm_structured_kind kind, const char* source, const char* trigger) {
+  int k;
+  std::memcpy(&k, &kind, sizeof k);  // C lets any int through; refuse it before using it as the enum
+  static_assert(sizeof(npullm_structured_kind) == sizeof(int));
+  StructuredOutput s;
+  const bool has_source = source && *source, has_trigger = trigger && *trigger;
+  switch (k) {
+    case NPULLM_STRUCTURED_NONE:
+      require(!has_source && !has_trigger, "NPULLM_STRUCTURED_NONE takes no source and no trigger");
+      return s;
+    case NPULLM_STRUCTURED_JSON_OBJECT:
+      require(!has_source, "NPULLM_STRUCTURED_JSON_OBJECT takes no source");
+      s.kind = StructuredOutput::Kind::JsonObject;
+      break;
+    case NPULLM_STRUCTURED_JSON_SCHEMA: s.kind = StructuredOutput::Kind::JsonSchema; break;
+    case NPULLM_STRUCTURED_GRAMMAR: s.kind = StructuredOutput::Kind::Gbnf; break;
+    case NPULLM_STRUCTURED_REGEX: s.kind = StructuredOutput::Kind::Regex; break;
+    default: refuse(NPULLM_ERR_INVALID_ARGUMENT, "kind is not an npullm_structured_kind");
+  }
+  if (s.kind != StructuredOutput::Kind::JsonObject) {
+    require(has_source, "a JSON schema, grammar or regular expression needs its source (not NULL or \"\")");
+    s.source = source;
+  }
+  if (has_trigger) s.trigger = trigger;
+  genai::grammar::compile(s);
+  return s;
 }
 
 Streamer streamer_of(npullm_token_callback cb, void* user_data) {
@@ -166,7 +199,7 @@ npullm_status npullm_generate(npullm_session* session, const char* prompt, const
                               npullm_token_callback callback, void* user_data, npullm_result* out_result) {
   return generate_with(session, out_result, [&](LLMPipeline& pipe) {
     require(prompt != nullptr, "prompt must not be NULL");
-    const GenerationConfig g = generation_config(sampling);
+    const GenerationConfig g = generation_config(*session, sampling);
     if (pipe.in_chat()) pipe.finish_chat();  // a completion starts from an empty state
     return pipe.generate(prompt, g, streamer_of(callback, user_data));
   });
@@ -180,10 +213,22 @@ npullm_status npullm_generate_tokens(npullm_session* session, const int32_t* ids
     for (size_t i = 0; i < n_ids; ++i)
       if (ids[i] < 0 || ids[i] >= n_vocab)
         refuse(NPULLM_ERR_INVALID_ARGUMENT, "token id " + std::to_string(ids[i]) + " is outside the vocabulary (0.." + std::to_string(n_vocab - 1) + ")");
-    const GenerationConfig g = generation_config(sampling);
+    const GenerationConfig g = generation_config(*session, sampling);
     if (pipe.in_chat()) pipe.finish_chat();
     return pipe.generate_ids(std::vector<int32_t>(ids, ids + n_ids), g, streamer_of(callback, user_data));
   });
+}
+
+npullm_status npullm_session_set_structured(npullm_session* session, npullm_structured_kind kind, const char* source,
+                                            const char* trigger) {
+  return guard(NPULLM_ERR_INVALID_ARGUMENT, [&] {
+    require(session != nullptr, "session must not be NULL");
+    session->structured = structured_of(kind, source, trigger);
+  });
+}
+
+npullm_status npullm_structured_check(npullm_structured_kind kind, const char* source, const char* trigger) {
+  return guard(NPULLM_ERR_INVALID_ARGUMENT, [&] { structured_of(kind, source, trigger); });
 }
 
 npullm_status npullm_chat_start(npullm_session* session, const char* system_message) {
@@ -197,7 +242,7 @@ npullm_status npullm_chat(npullm_session* session, const char* user_message, con
                           npullm_token_callback callback, void* user_data, npullm_result* out_result) {
   return generate_with(session, out_result, [&](LLMPipeline& pipe) {
     require(user_message != nullptr, "user_message must not be NULL");
-    const GenerationConfig g = generation_config(sampling);
+    const GenerationConfig g = generation_config(*session, sampling);
     if (!pipe.in_chat()) {
       try {
         pipe.start_chat();
