@@ -62,16 +62,21 @@ struct Scheduler::Active {
   bool cancelled = false;
 
   // Generated text -> the request: as is, or split by the harmony parser into the visible reply
-  // (on_text, res.text) and the reasoning (on_reasoning, res.reasoning). `at_end`: the reply ended.
+  // (on_text, res.text) and the reasoning (on_reasoning, res.reasoning). A call (a message to a
+  // recipient) is part of the reply, not reasoning: it is handed on in the visible reply as a
+  // harmony call message (HarmonyParser::render_call), which genai/tools' harmony tool-call parser
+  // turns into a tool call. `at_end`: the reply ended.
   void say(std::string_view text, bool at_end = false) {
     std::string content(text), reasoning;
     if (harmony) {
       HarmonyParser::Delta d = harmony->feed(text);
       if (at_end) {
-        const HarmonyParser::Delta rest = harmony->finish();
+        HarmonyParser::Delta rest = harmony->finish();
         d.content += rest.content;
         d.reasoning += rest.reasoning;
+        for (auto& c : rest.calls) d.calls.push_back(std::move(c));
       }
+      for (const HarmonyParser::Call& c : d.calls) d.content += HarmonyParser::render_call(c);
       content = std::move(d.content);
       reasoning = std::move(d.reasoning);
     }

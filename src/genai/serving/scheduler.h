@@ -80,8 +80,9 @@ struct ServeRequest {
   std::function<bool(std::string_view)> on_text;
   // A chat reply: when the chat template speaks harmony (gpt-oss, ChatFormat::harmony()), on_text
   // receives only the visible reply and on_reasoning (when set) the reasoning, split by
-  // genai/chat/harmony_parser.h, and the reply also ends at the format's end tokens. No effect for
-  // other templates.
+  // genai/chat/harmony_parser.h, and the reply also ends at the format's end tokens. Calls to a
+  // recipient stay in the visible reply as harmony call messages (HarmonyParser::render_call), for
+  // genai/tools' Family::Harmony parser. No effect for other templates.
   bool split_reasoning = false;
   std::function<bool(std::string_view)> on_reasoning;
   // Called once, last, with the outcome.

@@ -26,11 +26,16 @@ ToolCallParser::ToolCallParser(Family family, Mode mode, std::vector<std::string
     case Family::Generic: open_ = "<tool_call>", close_ = "</tool_call>"; break;
     case Family::Phi4Mini: open_ = "<|tool_call|>", close_ = "<|/tool_call|>"; break;
     case Family::Llama3: open_ = "<|python_tag|>"; break;
+    case Family::Harmony: break;  // the harmony parser finds the messages
   }
 }
 
 ToolCallParser::Delta ToolCallParser::feed(std::string_view piece) {
   Delta d;
+  if (family_ == Family::Harmony) {
+    take_harmony(d, harmony_.feed(piece));
+    return d;
+  }
   buf_ += piece;
   process(d, false);
   return d;
@@ -38,7 +43,8 @@ ToolCallParser::Delta ToolCallParser::feed(std::string_view piece) {
 
 ToolCallParser::Delta ToolCallParser::finish() {
   Delta d;
-  process(d, true);
+  if (family_ == Family::Harmony) take_harmony(d, harmony_.finish());
+  else process(d, true);
   // Trailing whitespace belongs to a plain reply (kept byte for byte), not around calls.
   if (calls_.empty() && !held_ws_.empty()) {
     d.content += held_ws_;
@@ -121,6 +127,50 @@ void ToolCallParser::emit_content(Delta& d, std::string_view text) {
   content_ += s;
 }
 
+void ToolCallParser::take_harmony(Delta& d, HarmonyParser::Delta h) {
+  if (!h.reasoning.empty()) {
+    d.reasoning += h.reasoning;
+    reasoning_ += h.reasoning;
+  }
+  // A piece holds content and then the calls it completed (a call ends its message; text after
+  // it in the same piece is rare, and then said before the call).
+  emit_content(d, h.content);
+  for (const HarmonyParser::Call& c : h.calls) {
+    constexpr std::string_view kNamespace = "functions.";
+    const std::string_view to = c.recipient;
+    bool ok = to.substr(0, kNamespace.size()) == kNamespace && (c.constraint.empty() || c.constraint == "json");
+    const std::string name(ok ? to.substr(kNamespace.size()) : std::string_view());
+    ok = ok && std::find(tools_.begin(), tools_.end(), name) != tools_.end();
+    std::string args;
+    if (ok) {
+      try {
+        const nlohmann::ordered_json a = nlohmann::ordered_json::parse(c.arguments);
+        ok = a.is_object();
+        if (ok) args = a.dump();
+      } catch (const nlohmann::ordered_json::exception&) {
+        ok = false;
+      }
+    }
+    if (!ok) {
+      emit_content(d, HarmonyParser::render_call(c));  // not a call of ours: the text stays
+      continue;
+    }
+    held_ws_.clear();  // whitespace before a call is not content
+    found_++;
+    add_calls({ToolCall{"", name, std::move(args)}}, d);
+    after_call_ = true;
+  }
+}
+
+void ToolCallParser::add_calls(std::vector<ToolCall> found, Delta& d) {
+  for (ToolCall& c : found) {
+    if (!parallel_ && !calls_.empty()) continue;  // parallel_tool_calls false: the first call only
+    c.id = id_prefix_ + std::to_string(calls_.size());
+    calls_.push_back(c);
+    d.calls.push_back(std::move(c));
+  }
+}
+
 bool ToolCallParser::parse_calls(std::string_view body, Delta& d) {
   using nlohmann::ordered_json;
   ordered_json j;
@@ -153,13 +203,8 @@ bool ToolCallParser::parse_calls(std::string_view body, Delta& d) {
     if (!a.is_object()) return false;
     found.push_back({"", name->get<std::string>(), a.dump()});
   }
-  for (ToolCall& c : found) {
-    found_++;
-    if (!parallel_ && !calls_.empty()) continue;  // parallel_tool_calls false: the first call only
-    c.id = id_prefix_ + std::to_string(calls_.size());
-    calls_.push_back(c);
-    d.calls.push_back(std::move(c));
-  }
+  found_ += static_cast<int64_t>(found.size());
+  add_calls(std::move(found), d);
   return true;
 }
 

@@ -16,12 +16,53 @@ ordered_json call_schema(Family family, const Tool& tool) {
           {"additionalProperties", false}};
 }
 
+namespace {
+
+// A tool's arguments schema; an omitted one means the function takes none: only {} is allowed.
+ordered_json arguments_schema(const Tool& tool) {
+  return tool.parameters.is_null()
+             ? ordered_json{{"type", "object"}, {"properties", ordered_json::object()}, {"additionalProperties", false}}
+             : tool.parameters;
+}
+
+// A GBNF string literal of `s` (tool names are the client's: quotes and backslashes escaped).
+std::string gbnf_literal(const std::string& s) {
+  std::string out = "\"";
+  for (char c : s) {
+    if (c == '"' || c == '\\') out += '\\';
+    out += c;
+  }
+  return out + "\"";
+}
+
+// Harmony under required / a named function: from the first token, gpt-oss's own call header with
+// one of the offered names, then a JSON object (any: a GBNF grammar cannot take the tools' JSON
+// Schemas, and StructuredOutput is one language, so the arguments are not held to them here).
+// White space inside the object is bounded, as the JSON Schema front end bounds it.
+std::string harmony_required_grammar(const std::vector<const Tool*>& tools) {
+  std::string names;
+  for (const Tool* t : tools) names += (names.empty() ? "" : " | ") + gbnf_literal(t->name);
+  return R"(root ::= "<|channel|>commentary to=functions." name " <|constrain|>json<|message|>" object
+name ::= )" + names + R"(
+object ::= "{" ws ( member ( "," ws member )* )? "}"
+member ::= string ws ":" ws value ws
+array ::= "[" ws ( value ws ( "," ws value ws )* )? "]"
+value ::= object | array | string | number | "true" | "false" | "null"
+string ::= "\"" ( [^"\\\x00-\x1f] | "\\" ( ["\\/bfnrt] | "u" [0-9a-fA-F]{4} ) )* "\""
+number ::= "-"? ( "0" | [1-9] [0-9]* ) ( "." [0-9]+ )? ( [eE] [-+]? [0-9]+ )?
+ws ::= ( " " | "\n" [ \t]{0,20} )?
+)";
+}
+
+}  // namespace
+
 std::string trigger_of(Family family) {
   switch (family) {
     case Family::Hermes:
     case Family::Generic: return "<tool_call>";
     case Family::Phi4Mini: return "<|tool_call|>";
     case Family::Llama3: return "<|python_tag|>";
+    case Family::Harmony: return "json<|message|>";  // the end of a call's header, in both its forms
   }
   return "";
 }
@@ -29,6 +70,25 @@ std::string trigger_of(Family family) {
 StructuredOutput tool_constraint(Family family, const std::vector<Tool>& tools, const ToolChoice& choice, bool parallel) {
   StructuredOutput s;
   if (choice.mode == ToolChoice::Mode::None || tools.empty()) return s;
+  if (family == Family::Harmony) {
+    // One call per reply (a harmony message has one recipient, and <|call|> ends the reply).
+    std::vector<const Tool*> offered;
+    for (const Tool& t : tools)
+      if (choice.mode != ToolChoice::Mode::Named || t.name == choice.name) offered.push_back(&t);
+    if (choice.mode == ToolChoice::Mode::Auto) {
+      // From the header's end on, the arguments: the tool's schema (any of them: the name was
+      // written before the trigger, free; the parser checks it is one of the offered).
+      ordered_json alternatives = ordered_json::array();
+      for (const Tool* t : offered) alternatives.push_back(arguments_schema(*t));
+      s.kind = StructuredOutput::Kind::JsonSchema;
+      s.source = (alternatives.size() == 1 ? alternatives[0] : ordered_json{{"anyOf", alternatives}}).dump();
+      s.trigger = trigger_of(family);
+    } else {
+      s.kind = StructuredOutput::Kind::Gbnf;
+      s.source = harmony_required_grammar(offered);
+    }
+    return s;
+  }
   ordered_json alternatives = ordered_json::array();
   for (const Tool& t : tools)
     if (choice.mode != ToolChoice::Mode::Named || t.name == choice.name) alternatives.push_back(call_schema(family, t));

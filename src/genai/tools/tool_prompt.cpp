@@ -98,6 +98,50 @@ TemplateInput generic(const std::vector<Message>& messages, const std::vector<To
   return in;
 }
 
+// gpt-oss's template renders one call per assistant message (the first of its tool_calls) and
+// names a tool result after the latest call. So an assistant turn with several calls becomes one
+// message per call, each followed by its result (matched by tool_call_id; results that match
+// none follow in their order), and the turn's content goes with its first call.
+TemplateInput harmony(const std::vector<Message>& messages, const std::vector<Tool>& shown) {
+  TemplateInput in;
+  if (!shown.empty()) in.extra["tools"] = tools_json(shown);
+  for (size_t i = 0; i < messages.size(); ++i) {
+    const Message& m = messages[i];
+    if (m.role != "assistant" || m.tool_calls.empty()) {
+      ordered_json j = plain(m);
+      if (m.role == "tool") j["tool_call_id"] = m.tool_call_id;
+      in.messages.push_back(std::move(j));
+      continue;
+    }
+    size_t end = i + 1;  // the results that answer this turn
+    while (end < messages.size() && messages[end].role == "tool") ++end;
+    std::vector<bool> used(end - i - 1, false);
+    for (size_t k = 0; k < m.tool_calls.size(); ++k) {
+      const ToolCall& c = m.tool_calls[k];
+      ordered_json j = plain(m);
+      if (k > 0) j["content"] = "";
+      j["tool_calls"] = ordered_json::array({call_json(c)});
+      in.messages.push_back(std::move(j));
+      for (size_t r = i + 1; r < end; ++r) {
+        if (used[r - i - 1] || messages[r].tool_call_id != c.id) continue;
+        used[r - i - 1] = true;
+        ordered_json t = plain(messages[r]);
+        t["tool_call_id"] = messages[r].tool_call_id;
+        in.messages.push_back(std::move(t));
+        break;
+      }
+    }
+    for (size_t r = i + 1; r < end; ++r) {
+      if (used[r - i - 1]) continue;
+      ordered_json t = plain(messages[r]);
+      t["tool_call_id"] = messages[r].tool_call_id;
+      in.messages.push_back(std::move(t));
+    }
+    i = end - 1;
+  }
+  return in;
+}
+
 }  // namespace
 
 ordered_json tools_json(const std::vector<Tool>& tools) {
@@ -111,6 +155,7 @@ TemplateInput template_input(Family family, const std::vector<Message>& messages
   const std::vector<Tool> none;
   const std::vector<Tool>& shown = choice.mode == ToolChoice::Mode::None ? none : tools;
   if (family == Family::Generic) return generic(messages, shown);
+  if (family == Family::Harmony) return harmony(messages, shown);
 
   TemplateInput in;
   if (!shown.empty()) in.extra["tools"] = tools_json(shown);

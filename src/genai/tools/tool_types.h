@@ -49,9 +49,12 @@ struct ToolChoice {
 //   Hermes   Qwen2.5 / Qwen3 (and Hermes-style templates): <tool_call>{"name", "arguments"}</tool_call>
 //   Llama3   Llama 3.1 / 3.2 / 3.3: {"name", "parameters"} as the whole reply, maybe after <|python_tag|>
 //   Phi4Mini Phi-4-mini: <|tool_call|>[{"name", "arguments"}, ...]<|/tool_call|>; tools in the system turn
+//   Harmony  gpt-oss: a message to a recipient, <|channel|>commentary to=functions.NAME <|constrain|>json
+//            <|message|>{arguments}<|call|> (the template writes earlier calls as <|start|>assistant
+//            to=functions.NAME<|channel|>commentary json<|message|>...); one call per message
 //   Generic  templates with no tool syntax (Gemma 3, Llama 3.0, ChatML, ...): npullm describes the
 //            tools in the system turn and asks for the Hermes form, which it parses back
-enum class Family { Hermes, Llama3, Phi4Mini, Generic };
+enum class Family { Hermes, Llama3, Phi4Mini, Harmony, Generic };
 
 Family detect_family(std::string_view template_source);
 const char* family_name(Family f);
