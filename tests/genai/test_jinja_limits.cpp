@@ -106,5 +106,72 @@ TEST(JinjaLimits, OutputSizeIsBoundedCapturesIncluded) {
   EXPECT_NE(err.find("writes more than 4194304 bytes"), std::string::npos) << err;
 }
 
+// The two runaway templates: a list and a string doubled in a loop. Each operation stays
+// under its own cap, but their sum grew to gigabytes (a list doubled 24 times took 2.4 s and 1.6 GB,
+// 30 times never finished; a string doubled 29 times took 6 s and 1.8 GB). The render's budget of
+// values refuses both as soon as what they built passes it.
+TEST(JinjaLimits, ValuesBuiltInALoopAreBoundedInTotal) {
+  const std::string list = "{% set ns = namespace(l=[1]) %}{% for i in range(30) %}{% set ns.l = ns.l + ns.l %}"
+                           "{% endfor %}{{ ns.l | length }}";
+  std::string err = error_of(list);
+  EXPECT_NE(err.find("builds more than 2097152 list, tuple and dict elements"), std::string::npos) << err;
+  EXPECT_NE(err.find("line 1"), std::string::npos) << err;
+  for (const char* op : {"+", "~"}) {
+    const std::string str = std::string("{% set ns = namespace(s='x') %}{% for i in range(29) %}{% set ns.s = ns.s ") + op +
+                            " ns.s %}{% endfor %}{{ ns.s | length }}";
+    err = error_of(str);
+    EXPECT_NE(err.find("builds more than 67108864 bytes of strings"), std::string::npos) << op << ": " << err;
+  }
+  // Doubled fewer times, both fit.
+  EXPECT_EQ(render("{% set ns = namespace(l=[1]) %}{% for i in range(16) %}{% set ns.l = ns.l + ns.l %}{% endfor %}"
+                   "{{ ns.l | length }}"),
+            "65536");
+}
+
+TEST(JinjaLimits, ValueBudgetCountsStringsListsDictsAndLoopCopies) {
+  RenderLimits l;
+  l.max_value_bytes = 1000;
+  EXPECT_EQ(render("{{ ('x' * 100) | length }}", l), "100");
+  // Refused before the string is made, not after.
+  EXPECT_NE(error_of("{{ 'x' * 1001 }}", l).find("more than 1000 bytes of strings"), std::string::npos);
+  EXPECT_NE(error_of("{{ 'ab'.replace('a', 'y' * 600) | length }}{{ 'x'.center(2000) }}", l), "");
+  EXPECT_NE(error_of("{{ 'x'.center(10 ** 12) }}", l).find("more than 1000 bytes"), std::string::npos);
+  EXPECT_NE(error_of("{{ 'x'.zfill(10 ** 12) }}", l).find("more than 1000 bytes"), std::string::npos);
+  EXPECT_NE(error_of("{{ 'a\nb' | indent(10 ** 12) }}", l).find("more than 1000 bytes"), std::string::npos);
+  EXPECT_NE(error_of("{{ '%9999s' % 'x' }}", l).find("more than 1000 bytes"), std::string::npos);
+  // A list of copies holds each copy's bytes (strings past the short-string size live apart).
+  EXPECT_NE(error_of("{% set s = 'x' * 100 %}{{ ([s] * 20) | length }}", l), "");
+  l = {};
+  l.max_value_elements = 100;
+  EXPECT_EQ(render("{{ ([1] * 99) | length }}", l), "99");  // [1], then 99
+  EXPECT_NE(error_of("{{ ([1] * 101) | length }}", l).find("more than 100 list, tuple and dict elements"), std::string::npos);
+  EXPECT_NE(error_of("{% set a = [1] * 60 %}{% set b = a + a %}", l), "");  // refused before the copy
+  l.max_value_elements = 2;
+  EXPECT_NE(error_of("{{ dict(a=1, b=2, c=3) | length }}", l).find("more than 2 list"), std::string::npos);
+  l.max_value_elements = 100;
+  // A loop walks a copy of its list: 60 built, then 60 walked.
+  EXPECT_NE(error_of("{% set a = [1] * 60 %}{% for x in a %}{% endfor %}", l), "");
+  // The budget is one render's: a second render of the same template starts afresh.
+  const Template t("{{ ([1] * 60) | length }}");
+  RenderOptions opt;
+  opt.limits = l;
+  EXPECT_EQ(t.render(ordered_json::object(), opt), "60");
+  EXPECT_EQ(t.render(ordered_json::object(), opt), "60");
+}
+
+// The render's variables are read before it starts and are not charged: a conversation larger than
+// the budget still renders when the template only prints it.
+TEST(JinjaLimits, VariablesAreNotChargedToTheBudget) {
+  RenderLimits l;
+  l.max_value_bytes = 1000;
+  l.max_value_elements = 10;
+  RenderOptions opt;
+  opt.now = std::tm{};
+  opt.limits = l;
+  ordered_json vars = {{"big", std::string(5000, 'x')}, {"items", ordered_json::array()}};
+  for (int i = 0; i < 50; ++i) vars["items"].push_back(i);
+  EXPECT_EQ(Template("{{ big | length }} {{ items | length }} {{ items[-1] }}").render(vars, opt), "5000 50 49");
+}
+
 }  // namespace
 }  // namespace npullm::genai::jinja

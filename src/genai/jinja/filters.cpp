@@ -273,7 +273,11 @@ Value f_indent(Interpreter&, const Value& v, Args& args) {
   ArgBinder a("indent", args, {"width", "first", "blank"});
   std::string indention;
   if (a.has(0) && a[0].is_string()) indention = a[0].as_string();
-  else indention = std::string(static_cast<size_t>(std::max<int64_t>(0, a.has(0) ? arg_int(a[0], "width") : 4)), ' ');
+  else {
+    const auto width = static_cast<size_t>(std::max<int64_t>(0, a.has(0) ? arg_int(a[0], "width") : 4));
+    ValueBudget::check_fits(width);
+    indention = std::string(width, ' ');
+  }
   // Jinja appends a newline before splitlines() so that a trailing newline survives; lines are
   // split at every boundary Python's str.splitlines() knows.
   const std::u32string cps = utf8_decode(v.str() + "\n");
@@ -290,6 +294,9 @@ Value f_indent(Interpreter&, const Value& v, Args& args) {
   }
   if (start < cps.size()) lines.push_back(utf8_encode(std::u32string_view(cps).substr(start)));
   std::string rv;
+  size_t text = 0;
+  for (const std::string& l : lines) text += l.size() + 1;
+  ValueBudget::check_fits(text + lines.size() * indention.size());
   if (a[2].truthy()) {  // blank=True indents empty lines too
     for (size_t i = 0; i < lines.size(); ++i) {
       if (i) rv += "\n" + indention;

@@ -193,7 +193,11 @@ void Interpreter::stack_exhausted() const {
 }
 
 Interpreter::Interpreter(std::shared_ptr<Scope> globals, const std::tm& now, const RenderLimits& limits)
-    : scope_(std::move(globals)), now_(now), limits_(limits), stack_floor_(stack_floor()) {
+    : scope_(std::move(globals)),
+      now_(now),
+      limits_(limits),
+      budget_(limits.max_value_bytes, limits.max_value_elements),
+      stack_floor_(stack_floor()) {
   for (auto s = scope_; s; s = s->parent) track(s);
 }
 
@@ -459,7 +463,13 @@ Value BinaryExpr::eval(Interpreter& in) const {
   }
   Value l = left->evaluate(in);
   Value r = right->evaluate(in);
-  if (op == "~") return Value::string(l.str() + r.str());  // str() of Undefined is "": no error
+  if (op == "~") {  // str() of Undefined is "": no error
+    std::string a = l.str();
+    const std::string b = r.str();
+    ValueBudget::check_fits(a.size() + b.size());
+    a += b;
+    return Value::string(std::move(a));
+  }
   return binary_op(op, l, r);
 }
 

@@ -105,6 +105,7 @@ class Interpreter {
   std::shared_ptr<Scope> scope_;
   std::tm now_;
   RenderLimits limits_;
+  ValueBudget budget_;  // counts the values built while this interpreter lives (this thread's)
   int call_depth_ = 0;
   int64_t iterations_ = 0;  // loop iterations so far
   size_t emitted_ = 0;      // bytes written so far (output and captures)

@@ -85,6 +85,7 @@ std::string str_replace(const std::string& s, const std::string& from, const std
     int64_t done = 0;
     for (size_t i = 0; i <= cps.size(); ++i) {
       if (count < 0 || done < count) {
+        ValueBudget::check_fits(out.size() + to.size());
         out += to;
         ++done;
       }
@@ -97,6 +98,7 @@ std::string str_replace(const std::string& s, const std::string& from, const std
   while (count < 0 || done < count) {
     const size_t hit = s.find(from, pos);
     if (hit == std::string::npos) break;
+    ValueBudget::check_fits(out.size() + (hit - pos) + to.size());
     out.append(s, pos, hit - pos);
     out += to;
     pos = hit + from.size();
@@ -123,6 +125,7 @@ std::string justify(const std::string& s, int64_t width, const Value& fill_arg, 
   const auto len = static_cast<int64_t>(utf8_length(s));
   if (width <= len) return s;
   const auto total = static_cast<size_t>(width - len);
+  ValueBudget::check_fits(s.size() + total);  // (before the loop: a width of 10**12 is refused at once)
   // CPython's center: the odd fill character goes left only when margin and width are both odd.
   size_t left = mode == 'l' ? 0 : mode == 'r' ? total : total / 2 + (total & static_cast<size_t>(width) & 1);
   std::string l, r;
@@ -288,6 +291,7 @@ std::optional<Value> string_method(const Value& self, const std::string& name) {
       const int64_t width = arg_int(a[0], "width");
       const auto len = static_cast<int64_t>(utf8_length(s));
       if (width <= len) return Value::string(s);
+      ValueBudget::check_fits(static_cast<size_t>(width));
       const size_t sign = !s.empty() && (s[0] == '+' || s[0] == '-') ? 1 : 0;
       return Value::string(s.substr(0, sign) + std::string(static_cast<size_t>(width - len), '0') + s.substr(sign));
     });

@@ -43,12 +43,14 @@ Value repeat(const Value& seq, int64_t count) {
   const auto n = static_cast<size_t>(count);
   if (seq.is_string()) {
     if (seq.as_string().size() * n > kMaxResultBytes) throw TemplateError("repeated string is too large");
+    ValueBudget::check_fits(seq.as_string().size() * n);
     std::string out;
     out.reserve(seq.as_string().size() * n);
     for (size_t i = 0; i < n; ++i) out += seq.as_string();
     return Value::string(std::move(out));
   }
   if (seq.items().size() * n > kMaxResultBytes / sizeof(Value)) throw TemplateError("repeated list is too large");
+  ValueBudget::check_fits(0, seq.items().size() * n);
   std::vector<Value> out;
   for (size_t i = 0; i < n; ++i) out.insert(out.end(), seq.items().begin(), seq.items().end());
   return seq.is_list() ? Value::list(std::move(out)) : Value::tuple(std::move(out));
@@ -81,9 +83,11 @@ Value plus(const Value& a, const Value& b) {
   }
   if (a.is_string() && b.is_string()) {
     if (a.as_string().size() + b.as_string().size() > kMaxResultBytes) throw TemplateError("string is too large");
+    ValueBudget::check_fits(a.as_string().size() + b.as_string().size());
     return Value::string(a.as_string() + b.as_string());
   }
   if (a.kind() == b.kind() && a.is_sequence()) {
+    ValueBudget::check_fits(0, a.items().size() + b.items().size());
     std::vector<Value> out = a.items();
     out.insert(out.end(), b.items().begin(), b.items().end());
     return a.is_list() ? Value::list(std::move(out)) : Value::tuple(std::move(out));
@@ -226,6 +230,7 @@ namespace {
 std::string pad(std::string s, size_t width, bool left_align, char fill = ' ') {
   const size_t len = utf8_length(s);
   if (len >= width) return s;
+  ValueBudget::check_fits(s.size() + (width - len));
   const std::string padding(width - len, fill);
   return left_align ? s + padding : padding + s;
 }

@@ -1,6 +1,9 @@
 // Template: parse once, render many times; and the HF-style chat-template entry point.
 #include "genai/jinja/template.h"
 
+#include <new>
+#include <stdexcept>
+
 #include <fmt/format.h>
 
 #include "common/error.h"
@@ -60,6 +63,12 @@ std::string Template::render(const nlohmann::ordered_json& variables, const Rend
     return out;
   } catch (const TemplateError& e) {
     rethrow(impl_->name, e);
+  } catch (const std::bad_alloc&) {
+    // Every value the render made is freed by now (the interpreter and its scopes are gone).
+    throw Error(fmt::format("{}: out of memory while rendering (an allocation failed; the process's memory "
+                            "is limited below what the template builds)", impl_->name));
+  } catch (const std::length_error& e) {
+    throw Error(fmt::format("{}: a value grew past what this machine can hold ({})", impl_->name, e.what()));
   }
 }
 

@@ -39,6 +39,17 @@ struct RenderLimits {
   // 8 times the text of a full 128k-token context (~4 bytes a token), leaving room for macros
   // whose text is counted when captured and again when printed.
   size_t max_output_bytes = size_t{4} << 20;
+  // What the render's values hold, counted as each is built (jinja::ValueBudget, value.h): bytes of
+  // strings, and elements of lists, tuples and dicts (with the bytes of the strings copied into
+  // them) and of the copies loops walk. Every operation was capped on its own, but a template that
+  // doubles a list or a string in a loop stayed under each cap while its values grew to gigabytes;
+  // the sum is bounded here. Counted as built, not as alive, so the memory a render holds at any
+  // time is below these (an element is a 48-byte Value: 2M of them 96 MB); a template stopped by
+  // them fails within a fraction of a second. A real chat template builds a few times its output
+  // (each `+` copies the string so far): 64 MiB is 16 times max_output_bytes, and 2M elements are
+  // 60 passes over the 32k messages of a full 128k-token context.
+  size_t max_value_bytes = size_t{64} << 20;
+  int64_t max_value_elements = int64_t{2} << 20;
 };
 
 // How deeply statements and expressions may nest in a template's source (the parser refuses more,
@@ -59,7 +70,8 @@ class Template {
 
   // Renders with the members of `variables` (a JSON object; null means none) as the template's
   // variables. Throws npullm::Error naming the line when the template fails, including the
-  // message a template passes to raise_exception().
+  // message a template passes to raise_exception(), and when memory runs out during the render
+  // (an allocation that fails is an error of this render, never the process's end).
   std::string render(const nlohmann::ordered_json& variables, const RenderOptions& options = {}) const;
 
   const std::string& name() const;

@@ -74,7 +74,56 @@ Value Value::floating(double d) {
   return v;
 }
 
+// ---- the budget of one render's values ---------------------------------------------------------
+
+namespace {
+thread_local ValueBudget* current_budget = nullptr;
+
+// The string bytes a list of `items` holds of its own (short strings live inside the Value).
+size_t string_bytes(const std::vector<Value>& items) {
+  size_t n = 0;
+  for (const Value& v : items)
+    if (v.is_string()) n += v.as_string().size();
+  return n;
+}
+}  // namespace
+
+ValueBudget::ValueBudget(size_t max_bytes, int64_t max_elements)
+    : max_bytes_(max_bytes), max_elements_(max_elements), outer_(current_budget) {
+  current_budget = this;
+}
+
+ValueBudget::~ValueBudget() { current_budget = outer_; }
+
+namespace {
+[[noreturn]] void over_bytes(size_t max) {
+  throw TemplateError(fmt::format("the template builds more than {} bytes of strings, the limit of one render's values", max));
+}
+[[noreturn]] void over_elements(int64_t max) {
+  throw TemplateError(
+      fmt::format("the template builds more than {} list, tuple and dict elements, the limit of one render's values", max));
+}
+}  // namespace
+
+void ValueBudget::charge(size_t bytes, size_t elements) {
+  ValueBudget* b = current_budget;
+  if (!b) return;
+  check_fits(bytes, elements);
+  b->bytes_ += bytes;
+  b->elements_ += static_cast<int64_t>(elements);
+}
+
+void ValueBudget::check_fits(size_t bytes, size_t elements) {
+  const ValueBudget* b = current_budget;
+  if (!b) return;
+  if (bytes > b->max_bytes_ - std::min(b->bytes_, b->max_bytes_)) over_bytes(b->max_bytes_);
+  if (elements > static_cast<size_t>(b->max_elements_ - std::min(b->elements_, b->max_elements_))) over_elements(b->max_elements_);
+}
+
+// ---- constructors ---------------------------------------------------------------------------------
+
 Value Value::string(std::string s) {
+  ValueBudget::charge(s.size());
   Value v;
   v.kind_ = Kind::String;
   v.v_ = std::move(s);
@@ -82,6 +131,7 @@ Value Value::string(std::string s) {
 }
 
 Value Value::list(std::vector<Value> items) {
+  if (current_budget) ValueBudget::charge(string_bytes(items), items.size());
   Value v;
   v.kind_ = Kind::List;
   v.v_ = std::make_shared<ListData>(ListData{std::move(items)});
@@ -95,6 +145,7 @@ Value Value::tuple(std::vector<Value> items) {
 }
 
 Value Value::dict_view(const char* view, std::vector<Value> items) {
+  if (current_budget) ValueBudget::charge(string_bytes(items), items.size());
   Value v;
   v.kind_ = Kind::List;
   v.v_ = std::make_shared<ListData>(ListData{std::move(items), view});
@@ -102,6 +153,11 @@ Value Value::dict_view(const char* view, std::vector<Value> items) {
 }
 
 Value Value::dict(std::shared_ptr<DictData> d) {
+  if (current_budget) {
+    size_t bytes = 0;
+    for (const auto& [k, e] : d->items) bytes += (k.is_string() ? k.as_string().size() : 0) + (e.is_string() ? e.as_string().size() : 0);
+    ValueBudget::charge(bytes, d->items.size());
+  }
   Value v;
   v.kind_ = Kind::Dict;
   v.v_ = std::move(d);
@@ -377,8 +433,10 @@ std::vector<Value> iterate(const Value& v) {
       return {};
     case Value::Kind::List:
     case Value::Kind::Tuple:
+      if (current_budget) ValueBudget::charge(string_bytes(v.items()), v.items().size());
       return v.items();
     case Value::Kind::Dict: {
+      if (current_budget) ValueBudget::charge(0, v.dict().items.size());
       std::vector<Value> keys;
       keys.reserve(v.dict().items.size());
       for (const auto& kv : v.dict().items) keys.push_back(kv.first);

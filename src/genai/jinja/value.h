@@ -140,6 +140,36 @@ class Value {
   Storage v_;
 };
 
+// The values one render builds, against RenderLimits::max_value_bytes and max_value_elements
+// (template.h). While a ValueBudget is alive on a thread, every string, list, tuple and dict made on
+// that thread is charged to it as it is built: a string its bytes; a list, tuple or dict its
+// elements, and the bytes of the strings copied into it (a Value holds its string, so a list of
+// copies holds the bytes again); a loop's copy of what it walks its elements. Going past a limit
+// is a TemplateError naming it. Values made with no budget alive (the render's variables, read
+// from JSON before it starts) are not counted. Budgets nest: the innermost one counts.
+class ValueBudget {
+ public:
+  ValueBudget(size_t max_bytes, int64_t max_elements);
+  ~ValueBudget();
+  ValueBudget(const ValueBudget&) = delete;
+  ValueBudget& operator=(const ValueBudget&) = delete;
+
+  // Charges the budget of this thread, if any. `bytes`: string bytes; `elements`: container items.
+  static void charge(size_t bytes, size_t elements = 0);
+  // Refuses, before anything is allocated, a result that would not fit.
+  static void check_fits(size_t bytes, size_t elements = 0);
+
+  size_t bytes() const { return bytes_; }
+  int64_t elements() const { return elements_; }
+
+ private:
+  size_t max_bytes_;
+  int64_t max_elements_;
+  size_t bytes_ = 0;
+  int64_t elements_ = 0;
+  ValueBudget* outer_;
+};
+
 // Python ==.
 bool equals(const Value& a, const Value& b);
 // Python ordering for <, <=, >, >=: negative / zero / positive. Throws TypeError's message
