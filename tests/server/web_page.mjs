@@ -1,6 +1,10 @@
 // The browser page at `GET /`, driven in Debian's chromium through playwright-core: a streamed
-// reply with its usage line, the runtime panel (K/V rows, step blob), the Stop button and
-// New chat. Fails on console errors and on any request that leaves 127.0.0.1.
+// reply with its usage line, the runtime panel (K/V rows, step blob), the Stop button, a reload
+// that keeps the conversation and the settings, Regenerate (a new streamed reply in place of the
+// last), editing the last user message, New chat and the list of conversations (switch, delete),
+// and a conversation the test stores in the browser whose reply is Markdown with a code block, a
+// list, a table and HTML: rendered as such, with a copy button, the HTML shown as inert text.
+// Fails on console errors and on any request that leaves 127.0.0.1.
 //
 // env: NPULLM_URL, optional NPULLM_SCREENSHOT (default build/web-page.png), NPULLM_CHROMIUM
 // (default /usr/bin/chromium), NPULLM_API_KEY.
@@ -150,6 +154,43 @@ main(async () => {
   await waitFor(page, 'all slots idle after Stop', (s) => s.states.length > 0 && s.states.every((x) => x === 'idle'), 10_000);
   console.log(`stopped after ${stopped.reply.length} chars`);
 
+  // --- a reload keeps the conversation, and the sampling settings ---
+  const replyTexts = () => page.evaluate(() => [...document.querySelectorAll('[data-testid="reply"]')].map((e) => e.textContent));
+  const kept = await replyTexts();
+  await page.reload();
+  await waitFor(page, 'the conversation after a reload', (s) => s.replies === kept.length, 10_000);
+  assert.deepEqual(await replyTexts(), kept, 'a reload shows the same replies');
+  assert.ok((await snapshot(page)).stopped, 'the stopped note is kept too');
+  assert.equal(await page.getByTestId('max_tokens').inputValue(), '400', 'the sampling settings are remembered');
+
+  // --- Regenerate: the last reply is replaced by a new one, streamed ---
+  await page.getByTestId('max_tokens').fill('48');
+  await watchReply(page, false);
+  await page.getByTestId('regenerate').click();
+  const regen = await waitFor(page, 'the regenerated reply', (s) => s.replies === kept.length && s.usage !== null && !s.sendDisabled,
+    60_000);
+  const regenLengths = await page.evaluate(() => window.__lengths);
+  assert.ok(regenLengths.includes(0), `the regenerated reply started empty; lengths seen: ${regenLengths}`);
+  if (Number(regen.usage.match(/completion (\d+)/)[1]) > 1)
+    assert.ok(new Set(regenLengths.filter((n) => n > 0)).size >= 2, `the new reply streamed; lengths seen: ${regenLengths}`);
+  assert.ok(!regen.stopped, 'the stopped reply is gone');
+  const conv = await page.evaluate(() => JSON.parse(localStorage.getItem('npullm.conversations'))
+    .find((c) => c.id === localStorage.getItem('npullm.currentConversation')));
+  assert.deepEqual(conv.messages.map((m) => m.role), ['user', 'assistant', 'user', 'assistant', 'user', 'assistant'],
+    'the stored conversation has the regenerated reply in place of the old one');
+  assert.equal(conv.messages[5].content.length > 0, true);
+  console.log(`regenerated: ${regen.reply.length} chars; usage "${regen.usage}"`);
+
+  // --- Edit the last user message: what followed it is asked again ---
+  await page.getByTestId('edit').click();
+  await page.getByTestId('edit-input').fill('Tell me a short story about a cat.');
+  await watchReply(page, false);
+  await page.getByTestId('edit-save').click();
+  await waitFor(page, 'the reply to the edited message', (s) => s.replies === kept.length && s.usage !== null && !s.sendDisabled, 60_000);
+  const users = await page.evaluate(() => [...document.querySelectorAll('[data-testid="user-message"]')].map((e) => e.textContent));
+  assert.equal(users[users.length - 1], 'Tell me a short story about a cat.', 'the edited message replaced the last one');
+  assert.equal(users.length, kept.length, 'no message was added by the edit');
+
   fs.mkdirSync(path.dirname(SHOT), { recursive: true });
   await page.screenshot({ path: SHOT, fullPage: true });
   console.log(`screenshot: ${SHOT}`);
@@ -158,9 +199,63 @@ main(async () => {
   await page.setViewportSize({ width: 420, height: 800 });
   assert.ok(await page.getByTestId('send').isVisible(), 'Send is visible in a narrow window');
 
-  // --- New chat clears the conversation ---
+  // --- New chat clears the conversation; the list switches back to it and deletes it ---
+  await page.setViewportSize({ width: 1280, height: 860 });
   await page.getByTestId('new-chat').click();
   assert.equal((await snapshot(page)).replies, 0, 'New chat clears the messages');
+  const listed = () => page.evaluate(() => [...document.querySelectorAll('[data-testid="conversation-open"]')].map((e) => e.textContent));
+  const titles = await listed();
+  assert.ok(titles.some((t) => t.startsWith('Tell me a story about a brave')), `the first conversation is listed: ${titles}`);
+  await page.getByTestId('conversation-open').filter({ hasText: 'Tell me a story about a brave' }).click();
+  await waitFor(page, 'the first conversation again', (s) => s.replies === kept.length, 5_000);
+  await page.getByTestId('conversation').filter({ hasText: 'Tell me a story about a brave' }).getByTestId('conversation-delete').click();
+  assert.ok(!(await listed()).some((t) => t.startsWith('Tell me a story about a brave')), 'the deleted conversation is gone');
+  assert.equal((await snapshot(page)).replies, 0, 'deleting the open conversation leaves an empty one');
+  const left = await page.evaluate(() => JSON.parse(localStorage.getItem('npullm.conversations')));
+  assert.ok(!left.some((c) => (c.title || '').startsWith('Tell me a story about a brave')), 'deleted from storage too');
+
+  // --- A stored conversation, placed in the browser's storage: its reply rendered as Markdown ---
+  await page.evaluate(() => {
+    const reply = 'Here is the code:\n\n```js\nconsole.log("hi <b>");\n```\n\n- first item\n- second *item*\n\n' +
+      '<script>window.__pwned = 1</script> and <img src=x onerror="window.__pwned = 2">\n\n| a | b |\n|---|---|\n| `1` | 2 |';
+    const all = JSON.parse(localStorage.getItem('npullm.conversations') || '[]');
+    all.push({ id: 'stored-by-test', title: 'Stored', updated: Date.now(),
+               messages: [{ role: 'user', content: 'Show me <i>code</i>' }, { role: 'assistant', content: reply }] });
+    localStorage.setItem('npullm.conversations', JSON.stringify(all));
+    localStorage.setItem('npullm.currentConversation', 'stored-by-test');
+  });
+  await page.reload();
+  await waitFor(page, 'the stored conversation', (s) => s.replies === 1, 10_000);
+  const md = await page.evaluate(() => {
+    const r = document.querySelector('[data-testid="reply"]');
+    return {
+      code: r.querySelector('[data-testid="code-block"] pre code')?.textContent ?? null,
+      copy: r.querySelectorAll('[data-testid="code-block"] [data-testid="copy-code"]').length,
+      items: [...r.querySelectorAll('ul > li')].map((e) => e.textContent),
+      em: r.querySelector('ul em')?.textContent ?? null,
+      elements: r.querySelectorAll('script, img, b, i').length,
+      text: r.textContent,
+      user: document.querySelector('[data-testid="user-message"]').textContent,
+      cells: [...r.querySelectorAll('table td')].map((e) => e.textContent),
+      pwned: window.__pwned ?? null,
+    };
+  });
+  assert.equal(md.code, 'console.log("hi <b>");', 'the code block holds the code as text');
+  assert.equal(md.copy, 1, 'the code block has a copy button');
+  assert.deepEqual(md.items, ['first item', 'second item'], 'the list renders as a list');
+  assert.equal(md.em, 'item', 'inline emphasis');
+  assert.deepEqual(md.cells, ['1', '2'], 'the table renders as a table');
+  assert.equal(md.elements, 0, 'no element made from the reply\'s HTML');
+  assert.ok(md.text.includes('<script>window.__pwned = 1</script>'), `the script shows as text: ${md.text}`);
+  assert.equal(md.user, 'Show me <i>code</i>', 'a user message shows as text');
+  await sleep(200);
+  assert.equal(await page.evaluate(() => window.__pwned ?? null), null, 'nothing in the reply ran');
+  await context.grantPermissions(['clipboard-read', 'clipboard-write'], { origin: URL_ });
+  await page.getByTestId('copy-code').click();
+  await page.waitForFunction(() => document.querySelector('[data-testid="copy-code"]').textContent === 'Copied', null, { timeout: 5_000 });
+  const clip = await page.evaluate(() => navigator.clipboard.readText().catch(() => null));
+  if (clip !== null) assert.equal(clip, 'console.log("hi <b>");', 'Copy puts the code on the clipboard');
+  console.log(`stored conversation: code block, ${md.items.length} list items, a table; clipboard ${clip === null ? 'not readable' : 'checked'}`);
 
   await sleep(600);   // one more /slots poll, so errors it might log are caught
   assert.deepEqual([...foreign], [], `the page requested non-127.0.0.1 URLs: ${[...foreign].join(', ')}`);
