@@ -69,6 +69,13 @@ std::vector<BlobSpec> blob_specs(const RuntimeConfig& cfg) {
       const std::string name = b == 1 ? "generate-" + std::to_string(c) : fmt::format("generate-b{}-{}", b, c);
       out.push_back({BlobSpec::Forward, name, b, c, rows, ring, ring_rows, false, kv});
     }
+  // Verify blobs: the same graph as a batched generate blob (each row its own slot, position and
+  // mask), so a size that is already a batch size needs no blob of its own.
+  for (int64_t v : cfg.verify_sizes) {
+    if (std::find(cfg.batch_sizes.begin(), cfg.batch_sizes.end(), v) != cfg.batch_sizes.end()) continue;
+    for (int64_t c : cfg.variants)
+      if (c >= v) out.push_back({BlobSpec::Forward, fmt::format("verify-{}-{}", v, c), v, c, rows, ring, ring_rows, false, kv});
+  }
   out.push_back({BlobSpec::Rerotate, "rerotate", rows, rows, rows, ring, ring_rows, false, kv});
   for (BlobSpec& s : out) {
     s.panels16_types = cfg.panels16_types;
@@ -95,10 +102,18 @@ void resolve_config(RuntimeConfig& cfg, const model::HParams& hp) {
   cfg.batch_sizes.erase(std::unique(cfg.batch_sizes.begin(), cfg.batch_sizes.end()), cfg.batch_sizes.end());
   if (cfg.batch_sizes.front() != 1 || cfg.batch_sizes.back() < cfg.parallel)
     fail("generate batch sizes must start at 1 and reach the {} parallel sequences", cfg.parallel);
+  std::sort(cfg.verify_sizes.begin(), cfg.verify_sizes.end());
+  cfg.verify_sizes.erase(std::unique(cfg.verify_sizes.begin(), cfg.verify_sizes.end()), cfg.verify_sizes.end());
+  if (!cfg.verify_sizes.empty() && (cfg.verify_sizes.front() < 2 || cfg.verify_sizes.back() > 256))
+    fail("verify blob sizes must be between 2 and 256 rows (got {} to {})", cfg.verify_sizes.front(), cfg.verify_sizes.back());
   // A ring only pays when it is shorter than the full length.
   cfg.ring_rows = 0;
   if (cfg.swa_ring && hp.n_swa > 0 && swa_ring_rows(hp.n_swa, cfg.prefill_chunk) < cfg.variants.back())
     cfg.ring_rows = swa_ring_rows(hp.n_swa, cfg.prefill_chunk);
+  // A ring holds one prefill chunk beyond the window; a verify run writes as many rows at once.
+  if (cfg.ring_rows > 0 && !cfg.verify_sizes.empty() && cfg.verify_sizes.back() > cfg.prefill_chunk)
+    fail("verify blobs of {} rows need a prefill chunk of at least as many tokens with sliding-window rings (it is {})",
+         cfg.verify_sizes.back(), cfg.prefill_chunk);
 }
 
 // The graphs a model needs (forward with every row's logits or chosen rows', rerotate), built on first use.
@@ -265,6 +280,13 @@ void LlmRuntime::load_blobs() {
     else if (specs[i].kind == BlobSpec::Rerotate) rerotate_ = load_slot(specs[i]);
     else generate_.push_back(load_slot(specs[i]));
   }
+  // One list of row blobs (batch sizes and verify sizes), ordered by rows, then capacity.
+  std::stable_sort(generate_.begin(), generate_.end(), [](const std::unique_ptr<Program>& a, const std::unique_ptr<Program>& b) {
+    return a->seq != b->seq ? a->seq < b->seq : a->capacity < b->capacity;
+  });
+  for (int64_t v : cfg_.verify_sizes) max_verify_ = std::max(max_verify_, v);
+  if (max_verify_ > 0)
+    for (int64_t b : cfg_.batch_sizes) max_verify_ = std::max(max_verify_, b);
 
   // One K/V allocation sized by the prefill blob's state I/Os (slots x C_max rows); every blob's
   // state of the same name is bound to the same region.
@@ -679,6 +701,55 @@ std::span<const float> LlmRuntime::decode_batch(std::span<const SlotToken> token
   stats_.last_capacity = p.capacity;
   stats_.last_active = n;
   return {p.logits.data(), static_cast<size_t>(n * hp_.n_vocab)};
+}
+
+int64_t LlmRuntime::max_verify_rows(int64_t slot) const {
+  check_slot(slot);
+  return std::max<int64_t>(0, std::min(max_verify_, capacity() - position(slot)));
+}
+
+void LlmRuntime::rollback(int64_t slot, int64_t n) {
+  const int64_t before = position(slot);
+  truncate(slot, n);
+  stats_.rolled_back_rows += before - n;
+}
+
+std::span<const float> LlmRuntime::verify_batch(std::span<const SlotRun> runs) {
+  if (runs.empty()) fail("verify needs at least one sequence");
+  if (max_verify_ == 0) fail("verify: this runtime has no verify blobs (RuntimeConfig::verify_sizes is empty)");
+  int64_t total = 0, longest = 0;
+  for (size_t i = 0; i < runs.size(); ++i) {
+    const SlotRun& r = runs[i];
+    check_slot(r.slot);
+    for (size_t j = 0; j < i; ++j)
+      if (runs[j].slot == r.slot) fail("verify: slot {} is listed twice", r.slot);
+    if (r.ids.empty()) fail("verify: slot {} has no tokens to run", r.slot);
+    for (int32_t id : r.ids)
+      if (id < 0 || id >= hp_.n_vocab) fail("token id {} is outside the vocabulary (0..{})", id, hp_.n_vocab - 1);
+    const int64_t end = position(r.slot) + static_cast<int64_t>(r.ids.size());
+    if (end > capacity())
+      fail("verify: {} tokens do not fit in slot {}: {} of {} K/V rows are in use", r.ids.size(), r.slot, position(r.slot), capacity());
+    total += static_cast<int64_t>(r.ids.size());
+    longest = std::max(longest, end);
+  }
+  if (total > max_verify_) fail("verify: {} tokens in one step, the largest verify blob runs {}", total, max_verify_);
+  Program& p = generate_for(total, longest);
+  // Rows in order: each slot's tokens at its next positions. Row i attends its slot's rows up to
+  // its own position, the rows the earlier tokens of its run write in this same run included.
+  int64_t i = 0;
+  for (const SlotRun& r : runs)
+    for (size_t k = 0; k < r.ids.size(); ++k, ++i) fill_row(p, i, r.slot, r.ids[k], position(r.slot) + static_cast<int64_t>(k), true);
+  for (; i < p.seq; ++i) fill_row(p, i, 0, 0, 0, false);
+  queue_->run(*p.cl);
+  for (const SlotRun& r : runs) pos_[static_cast<size_t>(r.slot)] += static_cast<int64_t>(r.ids.size());
+  stats_.verify_steps++;
+  stats_.verify_rows += total;
+  stats_.verify_padded_rows += p.seq - total;
+  stats_.variants_used.insert(p.capacity);
+  stats_.last_batch = p.seq;
+  stats_.last_capacity = p.capacity;
+  stats_.last_active = total;
+  return {p.logits.data(), static_cast<size_t>(total * hp_.n_vocab)};
 }
 
 }  // namespace npullm::npuw

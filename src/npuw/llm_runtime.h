@@ -4,7 +4,12 @@
 //   - a prefill blob: P new tokens at a time (the chunk), attending a state of C_max rows, that
 //     computes the logits of the run's last real token only (RuntimeConfig::all_logits: of every token);
 //   - generate variants: for each batch size B and each capacity C, B tokens (one per sequence)
-//     at a time, each attending C rows of its own sequence.
+//     at a time, each attending C rows of its own sequence;
+//   - verify blobs (RuntimeConfig::verify_sizes, speculative decoding): S tokens x capacity C, the
+//     same graph as a batched generate blob, whose rows may be one slot's next token and the
+//     guesses after it (each row attends its slot's rows up to its own position: causal inside
+//     the run), every row's logits out. A rejected guess is given up by moving the slot's
+//     position back (rollback): no K/V is copied.
 // Sequence slots: the runtime holds `parallel` sequences at once. It owns one K/V allocation per
 // state variable of parallel x C_max rows, slot s owning rows [s*C_max, (s+1)*C_max). Every blob's
 // state I/O is bound to the whole allocation; a token names its slot through its cache row (where
@@ -42,6 +47,10 @@ struct RuntimeConfig {
   int64_t parallel = 1;                // sequence slots, each with C_max rows of K/V
   // Batch sizes of the generate blobs; empty = 1, 2, 4, ... below `parallel`, and `parallel`.
   std::vector<int64_t> batch_sizes;
+  // Rows of the verify blobs (speculative decoding): for each size S and each capacity C, a blob
+  // of S tokens that may belong to one slot (a guessed run, causal inside it) or to several, every
+  // row's logits out. Empty: none (the default). With sliding-window rings S must be <= P.
+  std::vector<int64_t> verify_sizes;
   int64_t max_prompt_len = 1024;       // MAX_PROMPT_LEN
   int64_t min_response_len = 128;      // MIN_RESPONSE_LEN
   // Prefill blobs compute the logits of every token, so prefill(ids, &all_logits) works. Off (the
@@ -111,6 +120,10 @@ struct RuntimeStats {
   int64_t batch_rows = 0;              // sequences' tokens run by decode_batch (real rows)
   int64_t padded_rows = 0;             // rows of batched blobs that held no sequence
   std::set<int64_t> batch_sizes_used;  // B of the generate blobs that ran
+  int64_t verify_steps = 0;           // verify() / verify_batch() runs
+  int64_t verify_rows = 0;            // tokens they ran (real rows)
+  int64_t verify_padded_rows = 0;     // rows of verify blobs that held no token
+  int64_t rolled_back_rows = 0;       // rows given up by rollback() (rejected guesses): no byte moved
   // The last decode step: blob batch x capacity and its real rows (for a live view).
   int64_t last_batch = 0, last_capacity = 0, last_active = 0;
 };
@@ -142,6 +155,12 @@ std::vector<BlobSpec> blob_specs(const RuntimeConfig& cfg);  // cfg.variants and
 struct SlotToken {
   int64_t slot = 0;
   int32_t id = 0;
+};
+
+// The tokens one slot runs in a verify step: its next token and the guesses after it.
+struct SlotRun {
+  int64_t slot = 0;
+  std::span<const int32_t> ids;
 };
 
 // Compiles every blob of `cfg` for the model (the `npullm compile` command); returns name -> ELF bytes.
@@ -186,6 +205,24 @@ class LlmRuntime {
   // size >= tokens.size() and the smallest capacity that holds the longest of them. Returns the
   // logits, [tokens.size()][n_vocab] in the order given (valid until the next call).
   std::span<const float> decode_batch(std::span<const SlotToken> tokens);
+  // Speculative decoding. verify() runs `ids` (the slot's next token and the guesses that follow
+  // it) at the slot's position in one run of the smallest verify blob that holds them: their K/V
+  // rows are written and every row's logits come back, [ids.size()][n_vocab], row i attending the
+  // slot's rows up to its own (causal inside the run). The position moves past all of them;
+  // rollback() then gives up the rows of rejected guesses by moving it back (no K/V is copied).
+  // verify_batch() does the same for several slots in one run (distinct slots, each its own run
+  // length), the logits of run after run in the order given. Throws when no verify blob holds the
+  // rows or the slot's capacity would overflow: max_verify_rows() says what fits.
+  std::span<const float> verify(int64_t slot, std::span<const int32_t> ids) {
+    const SlotRun one{slot, ids};
+    return verify_batch({&one, 1});
+  }
+  std::span<const float> verify_batch(std::span<const SlotRun> runs);
+  // The most tokens one verify step can run for a slot now: the largest verify blob, less what
+  // would pass the slot's capacity (0: no verify blobs, or the slot is at its end).
+  int64_t max_verify_rows(int64_t slot = 0) const;
+  // Keeps the slot's first n rows, n <= position: the same as truncate, counted as rolled back.
+  void rollback(int64_t slot, int64_t n);
   // Forgets a slot's state (its K/V rows are simply no longer attended).
   void reset(int64_t slot = 0) { truncate(slot, 0); }
   // Keeps a slot's first n rows and forgets the rest (a shared prefix is reused this way). Throws
@@ -230,6 +267,7 @@ class LlmRuntime {
   struct Program;  // one loaded blob with its bound inputs
   void load_blobs();
   Program& generate_for(int64_t batch, int64_t rows);
+  int64_t max_verify_ = 0;  // rows of the largest verify blob (0: none)
   void check_slot(int64_t slot) const;
   // Sets row i of a program's inputs: token `id` of `slot` at position `pos` (real), or padding.
   // A real token's ring row is recorded as written (ring_pos_) first.
@@ -258,7 +296,7 @@ class LlmRuntime {
     bool ring = false;             // a sliding-window layer's ring
   };
   std::vector<StateRegion> regions_;  // one per state variable, slots x C_max rows each
-  std::vector<std::unique_ptr<Program>> generate_;  // by batch size, then capacity
+  std::vector<std::unique_ptr<Program>> generate_;  // by rows (batch size or verify size), then capacity
   driver::AlignedBuffer kv_;
   std::shared_ptr<driver::ScratchArena> scratch_;  // shared by every blob (they run one at a time on queue_)
   std::vector<int64_t> pos_;                       // rows in use, per slot
