@@ -56,6 +56,12 @@ struct PipelineConfig {
                                             //   empty = the model's own
   bool cut_long_prompts = true;             // a prompt that does not fit beside the reply's reserve
                                             //   (after the context policy) is cut; false: refused
+  // Speculative decoding (docs/speculative.md): the largest number of guessed tokens one verify
+  // step checks. > 0 compiles verify blobs of 2, 4, 8, ... rows up to spec_max_k + 1 (per
+  // capacity) at load; 0 (the default) compiles none and GenerationConfig::speculative must stay off.
+  int64_t spec_max_k = 0;
+  std::string draft_model;                  // a GGUF of the same vocabulary for SpecMode::Draft;
+                                            //   loaded with its own runtime and K/V rows
 };
 
 // Thrown by generate() when cut_long_prompts is false and the prompt cannot fit. In a chat the user
@@ -77,6 +83,31 @@ struct StructuredOutput {
   std::string trigger;
 };
 
+// Speculative decoding: cheap guesses of the next tokens, checked by one run of the model over
+// all of them (a verify blob); the longest correct prefix is kept and the rejected rows given up
+// by moving the write position back. Greedy output is the same token for token as without it;
+// with sampling, each guess is accepted with the probability the model gives it and a rejection
+// draws from the rest, so the output keeps the model's distribution (docs/speculative.md).
+enum class SpecMode {
+  Off,      // no guesses (a prediction, when given, is still used)
+  Lookup,   // prompt lookup: the continuation of the latest earlier occurrence of the last n tokens
+  Draft,    // a draft model (PipelineConfig::draft_model) guesses greedily
+};
+
+struct Speculation {
+  SpecMode mode = SpecMode::Off;
+  int64_t max_k = 7;                        // the most guesses per verify step (capped by spec_max_k)
+  bool adaptive = true;                     // K per sequence from its recent acceptance (else max_k)
+  int32_t ngram_max = 3, ngram_min = 1;     // Lookup (and prediction): suffix lengths matched
+  // The text the caller expects the reply to be mostly (OpenAI's Predicted Outputs, e.g. the file
+  // being edited): guesses are taken from it first, aligned by n-gram matching; used whenever set.
+  std::string prediction;
+  // C++ only: a draft source of one's own (an oracle in benchmarks), tried before the others. It
+  // gets the sequence so far (prompt and reply, the token just chosen last) and the most guesses
+  // wanted; it returns up to that many (none: no verify step).
+  std::function<std::vector<int32_t>(const std::vector<int32_t>& sequence, int64_t max_guesses)> draft_fn;
+};
+
 struct GenerationConfig {
   int64_t max_new_tokens = 256;
   float temperature = 0.0f;                 // 0 = greedy
@@ -93,6 +124,7 @@ struct GenerationConfig {
   std::vector<int32_t> stop_token_ids;      // besides EOS
   bool ignore_eos = false;
   StructuredOutput structured;              // kind None: free text
+  Speculation speculative;                  // off by default; not with structured output (ignored)
 };
 
 enum class FinishReason { Eos, StopToken, StopString, Length, Cancelled };
@@ -117,6 +149,11 @@ struct GenerationMetrics {
   // The K/V allocation (fixed at load): bytes per position of the full-length (global) layers, the
   // fixed rings of sliding-window layers (Gemma 3's local layers; 0 without), and the whole.
   int64_t kv_bytes_per_position = 0, kv_ring_bytes = 0, kv_bytes = 0;
+  // Speculative decoding: guesses checked, of them accepted, verify steps run (each also yields
+  // the model's own next token), and of the guesses those taken from the prediction (OpenAI's
+  // accepted / rejected_prediction_tokens).
+  int64_t spec_drafted = 0, spec_accepted = 0, spec_verify_steps = 0;
+  int64_t prediction_accepted = 0, prediction_rejected = 0;
 };
 
 struct GenerationResult {

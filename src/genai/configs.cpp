@@ -16,6 +16,13 @@ npuw::RuntimeConfig runtime_config(const PipelineConfig& c, int64_t parallel) {
   rc.cache_max_bytes = c.cache_max_bytes;
   rc.repack_weights = c.repack_weights;
   rc.parallel = parallel;
+  if (c.spec_max_k < 0 || c.spec_max_k > 63) fail("PipelineConfig::spec_max_k must be between 0 and 63 (got {})", c.spec_max_k);
+  // Verify blobs of 2, 4, 8, ... rows, up to the first that holds spec_max_k guesses and the token before them.
+  if (c.spec_max_k > 0)
+    for (int64_t s = 2;; s *= 2) {
+      rc.verify_sizes.push_back(s);
+      if (s >= c.spec_max_k + 1) break;
+    }
   switch (c.kv_type) {
     case KvType::F16: rc.kv_type = GgmlType::F16; break;
     case KvType::F32: rc.kv_type = GgmlType::F32; break;

@@ -23,6 +23,7 @@
 #include "genai/open_model.h"
 #include "genai/sampling/sampler.h"
 #include "genai/sampling/stop_rules.h"
+#include "genai/speculative/speculator.h"
 #include "genai/tokenizer/tokenizer.h"
 #include "npuw/llm_runtime.h"
 
@@ -53,6 +54,7 @@ struct LLMPipeline::Impl {
   std::unique_ptr<npuw::LlmRuntime> rt;
   std::unique_ptr<genai::Tokenizer> tok;
   std::unique_ptr<genai::ChatFormat> format;  // created on start_chat
+  std::unique_ptr<genai::DraftModel> draft;   // PipelineConfig::draft_model: guesses for SpecMode::Draft
 
   std::vector<int32_t> kv_ids, pending;
   std::shared_ptr<const genai::grammar::TokenTrie> token_trie;  // built on the first structured request
@@ -72,6 +74,16 @@ struct LLMPipeline::Impl {
     genai::OpenedModel m = genai::open_model(path, genai::runtime_config(c));
     tok = std::move(m.tok);
     rt = std::move(m.rt);
+    if (!c.draft_model.empty()) {
+      // The draft model: its own runtime and K/V rows, no verify blobs (it only guesses).
+      PipelineConfig dc = c;
+      dc.spec_max_k = 0;
+      auto drt = std::make_unique<npuw::LlmRuntime>(c.draft_model, genai::runtime_config(dc));
+      if (drt->n_vocab() != rt->n_vocab())
+        fail("draft model {}: its vocabulary has {} tokens but the model's has {}; a draft model must share the vocabulary",
+             c.draft_model, drt->n_vocab(), rt->n_vocab());
+      draft = std::make_unique<genai::DraftModel>(std::move(drt));
+    }
     load_ms = ms_between(t0, Clock::now());
   }
 
@@ -227,6 +239,23 @@ struct LLMPipeline::Impl {
     return genai::grammar::StructuredDecoder::make(g.structured, token_trie, std::move(ends));
   }
 
+  // The speculation of one generation, or null when it is off. Refused by name when it was asked
+  // for and the pipeline cannot: no verify blobs, or SpecMode::Draft without a draft model.
+  std::unique_ptr<genai::Speculator> speculator_for(const GenerationConfig& g, bool structured, int64_t prompt_len) {
+    const Speculation& sp = g.speculative;
+    const bool wanted = sp.mode != SpecMode::Off || !sp.prediction.empty() || sp.draft_fn;
+    if (!wanted || structured) return nullptr;  // structured output decodes token by token
+    if (cfg.spec_max_k <= 0)
+      fail("speculative decoding needs verify blobs: make the pipeline with PipelineConfig::spec_max_k > 0 (--spec-k)");
+    if (sp.max_k < 1) fail("speculative decoding: max_k must be at least 1 (got {})", sp.max_k);
+    if (sp.ngram_min < 1 || sp.ngram_max < sp.ngram_min)
+      fail("speculative decoding: n-gram lengths must satisfy 1 <= ngram_min <= ngram_max (got {} and {})", sp.ngram_min, sp.ngram_max);
+    if (sp.mode == SpecMode::Draft && !draft) fail("speculative decoding with a draft model needs PipelineConfig::draft_model (--draft-model)");
+    std::vector<int32_t> pred;
+    if (!sp.prediction.empty()) pred = tok->encode(sp.prediction, /*add_bos=*/false);
+    return std::make_unique<genai::Speculator>(sp, std::min(sp.max_k, cfg.spec_max_k), prompt_len, std::move(pred), draft.get());
+  }
+
   GenerationResult run(std::vector<int32_t> incoming, const GenerationConfig& g, const Streamer& streamer) {
     const auto t_start = Clock::now();
     std::unique_ptr<genai::grammar::StructuredDecoder> so = structured_for(g);
@@ -243,6 +272,7 @@ struct LLMPipeline::Impl {
     prefill(incoming, logits);
     pending.clear();
     res.context_ids = kv_ids;
+    std::unique_ptr<genai::Speculator> spec = speculator_for(g, so != nullptr, static_cast<int64_t>(kv_ids.size()));
 
     genai::Sampler sampler(genai::sampler_config(g));
     const size_t window = static_cast<size_t>(std::max(0, g.penalty_last_n));
@@ -260,13 +290,39 @@ struct LLMPipeline::Impl {
       if (streamer && !cancelled && !streamer(text)) cancelled = true;
     };
 
+    // Speculation: `guesses` follow the token that row 0 of the last verify step ran; `logits` is
+    // row `at` of that step, and guesses[at] the guess for the token sampled from it. An accepted
+    // guess's row is already in the state; at a rejection (or the end) the rows past kv_ids are
+    // given up by moving the write position back (rollback: no K/V copied).
+    const size_t V = static_cast<size_t>(rt->n_vocab());
+    std::vector<int32_t> guesses, run_ids, seq;
+    std::span<const float> verified;  // the last verify step's logits, a row per token it ran
+    size_t at = 0;
+    int64_t taken = 0;  // guesses of the current step accepted
+    auto close_step = [&] {
+      if (!guesses.empty()) spec->record(static_cast<int64_t>(guesses.size()), taken);
+      guesses.clear();
+      at = 0;
+      taken = 0;
+      if (rt->position() > static_cast<int64_t>(kv_ids.size())) rt->rollback(0, static_cast<int64_t>(kv_ids.size()));
+    };
+
     res.finish = FinishReason::Length;
     for (int64_t i = 0; i < g.max_new_tokens; ++i) {
       if (so && so->must_end()) {  // the grammar is complete and nothing may follow
         res.finish = FinishReason::Eos;
         break;
       }
-      const int32_t id = so ? so->sample(sampler, logits) : sampler.sample(logits);
+      int32_t id;
+      bool accepted = false;
+      if (at < guesses.size()) {
+        const genai::Sampler::Verdict v = sampler.verify(logits, guesses[at]);
+        id = v.id;
+        accepted = v.accepted;
+        if (accepted) ++taken;
+      } else {
+        id = so ? so->sample(sampler, logits) : sampler.sample(logits);
+      }
       if (i == 0) res.metrics.ttft_ms = ms_between(t_start, Clock::now());
       if (stop_ids.contains(id)) {
         res.finish = id == tok->eos() && !g.ignore_eos ? FinishReason::Eos : FinishReason::StopToken;
@@ -283,13 +339,41 @@ struct LLMPipeline::Impl {
         else if (cancelled) res.finish = FinishReason::Cancelled;
         break;
       }
-      if (rt->position() >= cap()) overflow(logits, res.ids);
+      if (accepted) {  // the verify step ran it: its logits are the next row
+        kv_ids.push_back(id);
+        ++decoded;
+        ++at;
+        logits = verified.subspan(at * V, V);
+        continue;
+      }
       const auto t0 = Clock::now();
-      logits = rt->decode(id);
+      if (spec) close_step();
+      if (rt->position() >= cap()) overflow(logits, res.ids);
+      // Guesses to follow id: as many as the verify blobs, the capacity and the tokens still to
+      // generate leave room for (the last row's logits give one more token).
+      std::vector<int32_t> next;
+      if (spec) {
+        const int64_t room = std::min(rt->max_verify_rows(0) - 1, g.max_new_tokens - i - 2);
+        if (room > 0) {
+          seq = kv_ids;
+          seq.push_back(id);
+          next = spec->propose(seq, room);
+        }
+      }
+      if (next.empty()) {
+        logits = rt->decode(id);
+      } else {
+        run_ids.assign(1, id);
+        run_ids.insert(run_ids.end(), next.begin(), next.end());
+        verified = rt->verify(0, run_ids);
+        logits = verified.subspan(0, V);
+        guesses = std::move(next);
+      }
       decode_ms += ms_between(t0, Clock::now());
       ++decoded;
       kv_ids.push_back(id);
     }
+    if (spec) close_step();
     if (res.finish != FinishReason::StopString) {
       emit(stop.push(decoder.flush()).text);
       emit(stop.flush().text);
@@ -317,6 +401,13 @@ struct LLMPipeline::Impl {
     m.kv_bytes_per_position = after.kv_row_bytes;
     m.kv_ring_bytes = after.kv_ring_bytes;
     m.kv_bytes = after.kv_bytes;
+    if (spec) {
+      m.spec_drafted = spec->drafted;
+      m.spec_accepted = spec->accepted;
+      m.spec_verify_steps = spec->verify_steps;
+      m.prediction_accepted = spec->prediction_accepted;
+      m.prediction_rejected = spec->prediction_rejected;
+    }
     return res;
   }
 

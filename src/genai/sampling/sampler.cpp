@@ -304,4 +304,30 @@ int32_t Sampler::sample(std::span<const float> logits, std::span<const uint64_t>
   return c[0].id;
 }
 
+Sampler::Verdict Sampler::verify(std::span<const float> logits, int32_t guess) {
+  if (cfg_.temperature <= 0.0f) {
+    const int32_t id = sample(logits);
+    return {id, id == guess};
+  }
+  const std::span<const Candidate> c = distribution(logits);
+  double p_guess = 0.0;
+  for (const Candidate& x : c)
+    if (x.id == guess) p_guess = x.p;
+  // One uniform decides acceptance; a rejection takes a second for the residual draw.
+  if (p_guess > 0.0 && uniform() < p_guess) return {guess, true};
+  const double rest = 1.0 - p_guess;
+  const double r = uniform() * rest;
+  double acc = 0.0;
+  int32_t last = -1;
+  for (const Candidate& x : c) {
+    if (x.id == guess || x.p <= 0.0) continue;
+    acc += x.p;
+    last = x.id;
+    if (r < acc) return {x.id, false};
+  }
+  // Rounding: the sliver goes to the last token with probability; a guess that held all of it
+  // (p = 1, accepted above unless uniform() was >= 1, which it never is) leaves nothing else.
+  return {last >= 0 ? last : guess, last < 0};
+}
+
 }  // namespace npullm::genai

@@ -79,6 +79,21 @@ class Sampler {
   std::span<const Candidate> distribution(std::span<const float> logits);
   std::span<const Candidate> distribution(std::span<const float> logits, std::span<const uint64_t> allowed);
 
+  // Speculative decoding's acceptance rule for a guess made without randomness (prompt lookup, a
+  // prediction, a greedy draft model: the draft distribution q is all on `guess`). The standard
+  // rule (Leviathan et al.; Chen et al.) accepts x ~ q with probability min(1, p(x) / q(x)) and
+  // otherwise draws from max(0, p - q), normalised; with q one-hot that is: accept the guess with
+  // probability p(guess), else draw from p with the guess taken out, renormalised. Then
+  //   P(y) = p(guess) [y = guess] + (1 - p(guess)) p(y) / (1 - p(guess)) [y != guess] = p(y),
+  // so the output keeps the sampler's distribution exactly. Greedy: the guess is accepted when it
+  // is the token sample() would give, and that token is returned either way (no random numbers).
+  // p is the final distribution of the chain (penalties and filters as in sample()).
+  struct Verdict {
+    int32_t id = 0;         // the token chosen: the guess when accepted
+    bool accepted = false;
+  };
+  Verdict verify(std::span<const float> logits, int32_t guess);
+
   // Adds a token to the history the penalties look at (the pipeline decides which prompt and
   // generated tokens count). Ids outside the logits' range are kept but never penalise anything.
   void accept(int32_t id);
