@@ -514,9 +514,28 @@ void add_bench(CLI::App& app, Actions& actions) {
   auto schema = std::make_shared<std::string>();
   cmd->add_option("--json-schema", *schema, "instead: what structured output under this JSON Schema costs (compile, mask and "
                   "check time per token, decode with and without it)")->check(CLI::ExistingFile);
+  auto spec = std::make_shared<SpecBenchOptions>();
+  cmd->add_option("--spec", spec->mode, "instead: speculative decoding's costs and gains (verify cost r(K), acceptance, tg with and "
+                  "without) with guesses from prompt lookup, a draft model, or an oracle of known acceptance")
+      ->check(CLI::IsMember({"lookup", "draft", "oracle"}));
+  cmd->add_option("--spec-k", spec->k, "--spec: the most guesses per verify step")->capture_default_str()->check(CLI::Range(1, 63));
+  cmd->add_flag("--spec-fixed-k", spec->fixed_k, "--spec: always K guesses (no adaptive K)");
+  cmd->add_option("--spec-oracle", spec->alphas, "--spec oracle: acceptance rates to run, e.g. 0,0.5,0.8,1")->delimiter(',');
+  cmd->add_option("--spec-prompt", spec->prompt, "--spec: the prompt")->capture_default_str();
+  cmd->add_option("--prediction", spec->prediction_file, "--spec: a file with the expected reply (Predicted Outputs)")
+      ->check(CLI::ExistingFile);
+  cmd->add_option("--draft-model", spec->draft_model, "--spec draft: the draft model")->check(CLI::ExistingFile);
   o->rt.add_to(cmd);
-  actions.push_back([cmd, o, schema]() -> int {
+  actions.push_back([cmd, o, schema, spec]() -> int {
     if (!cmd->parsed()) return -1;
+    if (!cmd->get_option("--spec")->empty()) {
+      spec->n_gen = o->n_gen;
+      spec->repetitions = o->repetitions;
+      spec->json = o->json;
+      GenerateOptions go;
+      go.rt = o->rt;
+      return bench_spec(o->model, *spec, o->rt.resolve(), go.pipeline_config());
+    }
     if (schema->empty()) return run(*o);
     GenerateOptions go;
     go.rt = o->rt;

@@ -97,7 +97,7 @@ int run(const ChatOptions& o) {
         std::fflush(stdout);
         return true;
       };
-    const GenerationResult r = pipe.generate(line, o.go.gen, streamer);
+    const GenerationResult r = pipe.generate(line, o.go.generation_config(), streamer);
     totals.turns++;
     totals.prefilled += r.metrics.prefill_tokens;
     totals.generated += r.metrics.generated_tokens;

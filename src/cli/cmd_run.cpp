@@ -18,7 +18,7 @@ struct RunOptions {
 };
 
 int run(const RunOptions& o) {
-  GenerationConfig gen = o.go.gen;
+  GenerationConfig gen = o.go.generation_config();
   gen.structured = o.so.resolve();
   LLMPipeline pipe(o.model, o.go.pipeline_config());
   // With a chat template the prompt is one user turn; otherwise it is continued as it is.
@@ -64,6 +64,14 @@ int run(const RunOptions& o) {
                m.prefill_tokens, m.prefill_tps, m.generated_tokens, m.decode_tps, m.ttft_ms, m.prefill_ms, m.load_ms,
                finish_reason_name(r.finish), m.compiled_blobs, m.cached_blobs, m.packed_weights, m.cached_packed_weights,
                pipe.description());
+    if (m.spec_verify_steps > 0)
+      fmt::print(stderr, "npullm: speculation: {} verify steps, {} guesses, {} accepted ({:.0f}%), {:.2f} tokens per verify step{}\n",
+                 m.spec_verify_steps, m.spec_drafted, m.spec_accepted,
+                 m.spec_drafted > 0 ? 100.0 * static_cast<double>(m.spec_accepted) / static_cast<double>(m.spec_drafted) : 0.0,
+                 1.0 + static_cast<double>(m.spec_accepted) / static_cast<double>(m.spec_verify_steps),
+                 m.prediction_accepted + m.prediction_rejected > 0
+                     ? fmt::format("; prediction tokens accepted {} / rejected {}", m.prediction_accepted, m.prediction_rejected)
+                     : std::string());
   }
   return 0;
 }

@@ -53,8 +53,14 @@ struct GenerateOptions {
   std::string policy = "shift";
   int64_t keep = -1;
   std::string chat_template;
+  // Speculative decoding: --spec lookup|draft|off, --spec-k K, --draft-model FILE, --prediction FILE.
+  std::string spec = "off";
+  int64_t spec_k = 7;
+  std::string draft_model, prediction_file;
   void add_to(CLI::App* cmd);
   PipelineConfig pipeline_config() const;
+  // gen with the speculation settings (and the prediction file's text) filled in.
+  GenerationConfig generation_config() const;
 };
 
 // Structured output: --json-schema FILE | --grammar FILE | --regex RE | --json-object, and with
@@ -68,6 +74,20 @@ struct StructuredOptions {
 
 // npullm bench --json-schema FILE (cli/bench_grammar.cpp): structured output's costs.
 int bench_grammar(const std::string& model, const std::string& schema_file, int64_t n_gen, const PipelineConfig& cfg, bool json);
+
+// npullm bench --spec lookup|draft (cli/bench_spec.cpp): speculative decoding's costs and gains.
+struct SpecBenchOptions {
+  std::string mode = "lookup";  // lookup | draft | oracle
+  int64_t k = 7;
+  bool fixed_k = false;        // --spec-fixed-k: no adaptive K
+  std::vector<double> alphas;  // --spec-oracle A,..: oracle drafts of known acceptance
+  std::string prompt = "Once upon a time";
+  std::string prediction_file;
+  std::string draft_model;
+  int64_t n_gen = 128, repetitions = 3;
+  bool json = false;
+};
+int bench_spec(const std::string& model, const SpecBenchOptions& so, const npuw::RuntimeConfig& rc, const PipelineConfig& pc);
 
 // "1,2,3" -> {1, 2, 3}; an npullm::Error naming the first item that is not a token id.
 std::vector<int32_t> parse_token_ids(const std::string& text);

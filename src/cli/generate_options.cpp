@@ -1,6 +1,9 @@
 #include "cli/commands.h"
 #include "common/error.h"
 
+#include <fstream>
+#include <sstream>
+
 namespace npullm::cli {
 
 void GenerateOptions::add_to(CLI::App* cmd) {
@@ -22,6 +25,16 @@ void GenerateOptions::add_to(CLI::App* cmd) {
       ->check(CLI::IsMember({"truncate", "shift"}))
       ->capture_default_str();
   cmd->add_option("--keep", keep, "tokens a context shift keeps at the start (-1 = BOS + system prompt)")->capture_default_str();
+  cmd->add_option("--spec", spec, "speculative decoding: lookup (guesses from the prompt and reply so far), draft (a draft "
+                  "model, --draft-model) or off; greedy output is the same either way")
+      ->check(CLI::IsMember({"lookup", "draft", "off"}))
+      ->capture_default_str();
+  cmd->add_option("--spec-k", spec_k, "speculative decoding: the most guesses one verify step checks (adaptive below it)")
+      ->check(CLI::Range(1, 63))
+      ->capture_default_str();
+  cmd->add_option("--draft-model", draft_model, "GGUF draft model sharing the vocabulary (for --spec draft)")->check(CLI::ExistingFile);
+  cmd->add_option("--prediction", prediction_file, "a file with the text the reply is expected to be mostly (OpenAI's "
+                  "Predicted Outputs): guesses are taken from it")->check(CLI::ExistingFile);
   cmd->add_option("--chat-template", chat_template, "chat template: a built-in name (llama2, llama3, chatml, mistral, zephyr, phi3, ...), a file, or Jinja source; default: the model's own");
 }
 
@@ -41,7 +54,24 @@ PipelineConfig GenerateOptions::pipeline_config() const {
   p.context_policy = policy == "truncate" ? ContextPolicy::Truncate : ContextPolicy::Shift;
   p.n_keep = keep;
   p.chat_template = chat_template;
+  if (spec == "draft" && draft_model.empty()) fail("--spec draft needs --draft-model FILE");
+  if (spec != "off" || !prediction_file.empty()) p.spec_max_k = spec_k;
+  if (spec == "draft") p.draft_model = draft_model;
   return p;
+}
+
+GenerationConfig GenerateOptions::generation_config() const {
+  GenerationConfig g = gen;
+  g.speculative.mode = spec == "lookup" ? SpecMode::Lookup : spec == "draft" ? SpecMode::Draft : SpecMode::Off;
+  g.speculative.max_k = spec_k;
+  if (!prediction_file.empty()) {
+    std::ifstream in(prediction_file, std::ios::binary);
+    if (!in) fail("--prediction {}: cannot be read", prediction_file);
+    std::stringstream ss;
+    ss << in.rdbuf();
+    g.speculative.prediction = ss.str();
+  }
+  return g;
 }
 
 nlohmann::json metrics_json(const GenerationMetrics& m) {
@@ -51,7 +81,9 @@ nlohmann::json metrics_json(const GenerationMetrics& m) {
           {"kv_bytes_copied", m.kv_bytes_copied}, {"context_shifts", m.context_shifts}, {"reprefills", m.reprefills},
           {"prefill_chunks", m.prefill_chunks}, {"compiled_blobs", m.compiled_blobs}, {"cached_blobs", m.cached_blobs},
           {"packed_weights", m.packed_weights}, {"cached_packed_weights", m.cached_packed_weights}, {"load_ms", m.load_ms}, {"prefill_ms", m.prefill_ms},
-          {"kv_bytes_per_position", m.kv_bytes_per_position}, {"kv_ring_bytes", m.kv_ring_bytes}, {"kv_bytes", m.kv_bytes}};
+          {"kv_bytes_per_position", m.kv_bytes_per_position}, {"kv_ring_bytes", m.kv_ring_bytes}, {"kv_bytes", m.kv_bytes},
+          {"spec_drafted", m.spec_drafted}, {"spec_accepted", m.spec_accepted}, {"spec_verify_steps", m.spec_verify_steps},
+          {"prediction_accepted", m.prediction_accepted}, {"prediction_rejected", m.prediction_rejected}};
 }
 
 }  // namespace npullm::cli

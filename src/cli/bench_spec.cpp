@@ -1,0 +1,251 @@
+// npullm bench --spec lookup|draft|oracle --spec-k K: what speculative decoding costs and gains
+// (issue 47's figures).
+//
+//   verify_cost_ratio  r(K) = t_verify(K+1 rows) / t_decode(1 row), medians of interleaved steps at
+//                      the same depth (half of each capacity; every step rolled back, so the depth
+//                      stays), per capacity and per verify blob size; the headline is the smallest
+//                      capacity's, for K + 1 rows
+//   draft_cost_ratio   c = t_decode of the draft model / t_decode of the model (--spec draft)
+//   tg_tps, tg_tps_off decode tokens/s of the same greedy generation (-n tokens from the prompt)
+//                      with speculation and without (medians of -r runs; the pipeline's decode
+//                      time: verify steps, guessing and decode steps, not the prompt's prefill)
+//   acceptance         accepted guesses / guesses; accepted_per_verify: accepted / verify steps
+//   predicted_speedup  (1 - a^(K+1)) / ((1 - a) (c K + r(K))) for acceptance a, with the K the
+//                      run used on average (the fixed-K formula; c = 0 without a draft model)
+//   oracle             --spec-oracle A,...: a draft of known acceptance A (the model's own greedy
+//                      reply, each guess replaced by another token with probability 1 - A), K
+//                      fixed: measured speed-up beside (1 - A^(K+1)) / ((1 - A) r(K))
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+#include <fmt/format.h>
+#include <fstream>
+#include <memory>
+#include <nlohmann/json.hpp>
+#include <random>
+#include <sstream>
+
+#include "cli/commands.h"
+#include "common/error.h"
+#include "genai/sampling/sampler.h"
+
+namespace npullm::cli {
+
+namespace {
+
+using Clock = std::chrono::steady_clock;
+double seconds(Clock::time_point a, Clock::time_point b) { return std::chrono::duration<double>(b - a).count(); }
+
+double median(std::vector<double> v) {
+  if (v.empty()) return 0.0;
+  std::sort(v.begin(), v.end());
+  return v[v.size() / 2];
+}
+
+std::string read_text(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  if (!in) fail("cannot read '{}'", path);
+  std::stringstream ss;
+  ss << in.rdbuf();
+  return ss.str();
+}
+
+// Median decode step and median verify step of each size at `depth` in slot 0, interleaved: a
+// decode step, then one verify step of each size, each rolled back.
+struct StepTimes {
+  double decode_s = 0;
+  std::vector<double> verify_s;  // by verify size
+};
+StepTimes time_steps(npuw::LlmRuntime& rt, int64_t depth, const std::vector<int64_t>& sizes, int steps, std::mt19937& rng) {
+  const int64_t V = rt.n_vocab();
+  auto random_id = [&] { return static_cast<int32_t>(rng() % static_cast<uint32_t>(V)); };
+  rt.reset();
+  std::vector<int32_t> ctx(static_cast<size_t>(depth));
+  for (int32_t& id : ctx) id = random_id();
+  if (depth > 0) rt.prefill(ctx);
+  std::vector<double> dec;
+  std::vector<std::vector<double>> ver(sizes.size());
+  for (int i = 0; i < steps + 2; ++i) {  // the first two rounds warm up
+    auto t0 = Clock::now();
+    rt.decode(random_id());
+    if (i >= 2) dec.push_back(seconds(t0, Clock::now()));
+    rt.rollback(0, depth);
+    for (size_t s = 0; s < sizes.size(); ++s) {
+      std::vector<int32_t> run(static_cast<size_t>(sizes[s]));
+      for (int32_t& id : run) id = random_id();
+      t0 = Clock::now();
+      rt.verify(0, run);
+      if (i >= 2) ver[s].push_back(seconds(t0, Clock::now()));
+      rt.rollback(0, depth);
+    }
+  }
+  StepTimes t;
+  t.decode_s = median(dec);
+  for (auto& v : ver) t.verify_s.push_back(median(v));
+  return t;
+}
+
+struct GenFigures {
+  double tps = 0;  // median decode tokens/s
+  double acceptance = 0, accepted_per_verify = 0, mean_k = 0;
+  int64_t drafted = 0, accepted = 0, verify_steps = 0, generated = 0;
+};
+
+GenFigures run_gen(LLMPipeline& pipe, const std::string& prompt, const GenerationConfig& g, int64_t reps) {
+  std::vector<double> tps;
+  GenFigures f;
+  for (int64_t r = 0; r < reps; ++r) {
+    const GenerationResult res = pipe.generate(prompt, g);
+    tps.push_back(res.metrics.decode_tps);
+    f.drafted += res.metrics.spec_drafted;
+    f.accepted += res.metrics.spec_accepted;
+    f.verify_steps += res.metrics.spec_verify_steps;
+    f.generated += res.metrics.generated_tokens;
+  }
+  f.tps = median(tps);
+  f.acceptance = f.drafted > 0 ? static_cast<double>(f.accepted) / static_cast<double>(f.drafted) : 0.0;
+  f.accepted_per_verify = f.verify_steps > 0 ? static_cast<double>(f.accepted) / static_cast<double>(f.verify_steps) : 0.0;
+  f.mean_k = f.verify_steps > 0 ? static_cast<double>(f.drafted) / static_cast<double>(f.verify_steps) : 0.0;
+  return f;
+}
+
+// Expected tokens per verify step over its cost, for acceptance a, K guesses, verify cost r and
+// draft cost c per guess (relative to a decode step): the fixed-K speed-up.
+double expected_speedup(double a, double k, double r, double c) {
+  const double tokens = a >= 1.0 ? k + 1.0 : (1.0 - std::pow(a, k + 1.0)) / (1.0 - a);
+  return tokens / (c * k + r);
+}
+
+}  // namespace
+
+int bench_spec(const std::string& model, const SpecBenchOptions& so, const npuw::RuntimeConfig& rc_in, const PipelineConfig& pc_in) {
+  if (so.k < 1 || so.k > 63) fail("--spec-k must be between 1 and 63 (got {})", so.k);
+  if (so.mode == "draft" && so.draft_model.empty()) fail("--spec draft needs --draft-model FILE");
+  std::mt19937 rng(1234);
+  PipelineConfig pc = pc_in;
+  pc.spec_max_k = so.k;
+  if (so.mode == "draft") pc.draft_model = so.draft_model;
+  npuw::RuntimeConfig rc = rc_in;
+  rc.verify_sizes.clear();
+  for (int64_t s = 2;; s *= 2) {
+    rc.verify_sizes.push_back(s);
+    if (s >= so.k + 1) break;
+  }
+  if (pc.variants.empty() && rc.variants.empty()) {
+    // Room for the prompt and the generated tokens, in the default power-of-two steps.
+    rc.max_prompt_len = pc.max_prompt_len = 512;
+    rc.min_response_len = pc.min_response_len = std::max<int64_t>(so.n_gen + 1, 128);
+  }
+
+  // r(K) per capacity and verify size; c for a draft model.
+  nlohmann::json by_capacity = nlohmann::json::array();
+  double r_k = 0;  // the smallest capacity's, for the blob that holds K + 1 rows
+  std::vector<int64_t> sizes;
+  double draft_cost = 0;
+  {
+    npuw::LlmRuntime rt(model, rc);
+    sizes = rt.config().verify_sizes;
+    const size_t k_blob = static_cast<size_t>(std::find_if(sizes.begin(), sizes.end(), [&](int64_t s) { return s >= so.k + 1; }) - sizes.begin());
+    for (int64_t cap : rt.variants()) {
+      const int64_t depth = std::max<int64_t>(0, cap / 2 - sizes.back());
+      const StepTimes t = time_steps(rt, depth, sizes, 16, rng);
+      nlohmann::json ratios = nlohmann::json::object();
+      for (size_t s = 0; s < sizes.size(); ++s) ratios[std::to_string(sizes[s] - 1)] = t.verify_s[s] / t.decode_s;
+      by_capacity.push_back({{"capacity", cap}, {"depth", depth}, {"decode_ms", t.decode_s * 1e3}, {"r_by_k", ratios}});
+      if (r_k == 0) r_k = t.verify_s[k_blob] / t.decode_s;
+    }
+    if (so.mode == "draft") {
+      npuw::RuntimeConfig dc = rc;
+      dc.verify_sizes.clear();
+      npuw::LlmRuntime draft(so.draft_model, dc);
+      const StepTimes td = time_steps(draft, 64, {}, 32, rng), tt = time_steps(rt, 64, {}, 32, rng);
+      draft_cost = td.decode_s / tt.decode_s;
+    }
+  }
+
+  LLMPipeline pipe(model, pc);
+  const std::string prompt = so.prompt;
+  GenerationConfig off;
+  off.max_new_tokens = so.n_gen;
+  off.ignore_eos = true;
+  pipe.generate(prompt, off);  // warm-up
+  const GenFigures f_off = run_gen(pipe, prompt, off, so.repetitions);
+  const GenerationResult reference = pipe.generate(prompt, off);
+
+  GenerationConfig on = off;
+  on.speculative.max_k = so.k;
+  on.speculative.adaptive = !so.fixed_k;
+  if (!so.prediction_file.empty()) on.speculative.prediction = read_text(so.prediction_file);
+  GenFigures f_on;
+  nlohmann::json oracle = nlohmann::json::array();
+  if (so.mode == "oracle") {
+    if (so.alphas.empty()) fail("--spec oracle needs --spec-oracle A[,A...] (acceptance rates in [0, 1])");
+    on.speculative.adaptive = false;
+    const std::vector<int32_t> ref = reference.ids;
+    const size_t ctx = reference.context_ids.size();
+    const int32_t V = static_cast<int32_t>(pipe.n_vocab());
+    for (double a : so.alphas) {
+      auto orng = std::make_shared<std::mt19937_64>(99);
+      on.speculative.draft_fn = [=](const std::vector<int32_t>& seq, int64_t k) {
+        std::vector<int32_t> out;
+        for (size_t g = seq.size() - ctx; g < ref.size() && static_cast<int64_t>(out.size()) < k; ++g)
+          out.push_back(std::uniform_real_distribution<double>(0, 1)(*orng) < a ? ref[g] : (ref[g] + 1) % V);
+        return out;
+      };
+      const GenFigures f = run_gen(pipe, prompt, on, so.repetitions);
+      oracle.push_back({{"alpha", a}, {"acceptance", f.acceptance}, {"accepted_per_verify", f.accepted_per_verify},
+                        {"tg_tps", f.tps}, {"speedup", f.tps / f_off.tps}, {"predicted_speedup", expected_speedup(a, static_cast<double>(so.k), r_k, 0.0)}});
+      f_on = f;
+    }
+  } else {
+    on.speculative.mode = so.mode == "draft" ? SpecMode::Draft : SpecMode::Lookup;
+    f_on = run_gen(pipe, prompt, on, so.repetitions);
+  }
+  const double predicted = f_on.verify_steps > 0 ? expected_speedup(f_on.acceptance, f_on.mean_k, r_k, draft_cost) : 1.0;
+
+  nlohmann::json spec = {{"mode", so.mode},
+                         {"k", so.k},
+                         {"adaptive", !so.fixed_k && so.mode != "oracle"},
+                         {"verify_cost_ratio", r_k},
+                         {"verify_cost_ratio_by_capacity", by_capacity},
+                         {"accepted_per_verify", f_on.accepted_per_verify},
+                         {"tokens_per_verify", f_on.verify_steps > 0 ? 1.0 + f_on.accepted_per_verify : 0.0},
+                         {"acceptance", f_on.acceptance},
+                         {"mean_k", f_on.mean_k},
+                         {"drafted", f_on.drafted},
+                         {"accepted", f_on.accepted},
+                         {"verify_steps", f_on.verify_steps},
+                         {"tg_tps", f_on.tps},
+                         {"tg_tps_off", f_off.tps},
+                         {"speedup", f_off.tps > 0 ? f_on.tps / f_off.tps : 0.0},
+                         {"predicted_speedup", predicted},
+                         {"n_gen", so.n_gen},
+                         {"repetitions", so.repetitions}};
+  if (so.mode == "draft") spec["draft_cost_ratio"] = draft_cost;
+  if (!oracle.empty()) spec["oracle"] = oracle;
+  if (so.json) {
+    fmt::print("{}\n", nlohmann::json{{"model", model}, {"device", pipe.description()}, {"spec", spec}}.dump());
+    return 0;
+  }
+  fmt::print("model {} | {}\n", model, pipe.description());
+  fmt::print("verify cost r(K) = t_verify(K+1) / t_decode(1), at half of each capacity:\n");
+  for (const auto& c : by_capacity) {
+    std::string parts;
+    for (auto it = c["r_by_k"].begin(); it != c["r_by_k"].end(); ++it)
+      parts += fmt::format("{}r({}) {:.2f}", parts.empty() ? "" : ", ", it.key(), it.value().get<double>());
+    fmt::print("  capacity {:>5} (depth {:>4}, decode {:.2f} ms): {}\n", c["capacity"].get<int64_t>(), c["depth"].get<int64_t>(),
+               c["decode_ms"].get<double>(), parts);
+  }
+  if (so.mode == "draft") fmt::print("draft model cost c = {:.3f} of a decode step per guess\n", draft_cost);
+  for (const auto& o : oracle)
+    fmt::print("oracle alpha {:.2f}: acceptance {:.3f}, {:.2f} accepted per verify, tg {:.1f} t/s, speed-up {:.2f}x (predicted {:.2f}x)\n",
+               o["alpha"].get<double>(), o["acceptance"].get<double>(), o["accepted_per_verify"].get<double>(), o["tg_tps"].get<double>(),
+               o["speedup"].get<double>(), o["predicted_speedup"].get<double>());
+  fmt::print("{} K {}: acceptance {:.3f} ({} of {} guesses), {:.2f} accepted per verify step (mean K {:.2f}); tg {:.1f} t/s against "
+             "{:.1f} off: {:.2f}x (predicted from r, c and the acceptance: {:.2f}x)\n",
+             so.mode, so.k, f_on.acceptance, f_on.accepted, f_on.drafted, f_on.accepted_per_verify, f_on.mean_k, f_on.tps, f_off.tps,
+             f_off.tps > 0 ? f_on.tps / f_off.tps : 0.0, predicted);
+  return 0;
+}
+
+}  // namespace npullm::cli
