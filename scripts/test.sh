@@ -18,24 +18,31 @@ scripts/check-skips.sh build
 [[ "$ctest_rc" -eq 0 ]] || exit "$ctest_rc"
 # AddressSanitizer + UBSan: the whole GoogleTest suite (Debug, so asserts stay on, at -O1 so the
 # model tests take minutes), as two shards side by side (scripts/run-sharded.sh). Any report fails
-# the step: UBSan stops the process at its first finding (-fno-sanitize-recover; exit status 86),
-# and ASan / LeakSanitizer write theirs to $san/asan.PID, from the test binary and from every npullm
-# the CLI tests run (whose failure a test may expect), so any such file fails the step too.
+# the step: UBSan stops the process at its first finding (-fno-sanitize-recover; exit status 86).
+# Every report goes to a file, from the test binary and from every npullm the CLI and cache tests
+# run (whose exit status a test may not check, or whose failure it may expect): ASan / LeakSanitizer
+# to $san/asan.EXE.PID, UBSan (its own runtime under GCC, with its own log_path) to
+# $san/ubsan.EXE.PID, so a finding in any child fails the step too. EXE names the process's program.
 cmake -S . -B build-asan -G Ninja -DCMAKE_BUILD_TYPE=Debug -DCMAKE_CXX_FLAGS_DEBUG="-g -O1" -DNPULLM_SANITIZE=ON
 cmake --build build-asan -j2 --target npullm_tests
 san="$(mktemp -d)"
 asan_rc=0
-ASAN_OPTIONS="detect_leaks=1:log_path=$san/asan" UBSAN_OPTIONS="print_stacktrace=1:halt_on_error=1:exitcode=86" \
+ASAN_OPTIONS="detect_leaks=1:log_path=$san/asan:log_exe_name=1" \
+  UBSAN_OPTIONS="print_stacktrace=1:halt_on_error=1:exitcode=86:log_path=$san/ubsan:log_exe_name=1" \
   scripts/run-sharded.sh 2 build-asan/tests/npullm_tests || asan_rc=$?
-# A report file that is empty holds no report: a process opened its log and died before writing
-# (seen once in a clean-clone run, not reproduced in the next; the CLI and cache-fault tests kill
-# npullm children on purpose). Nor does one whose every line is LeakSanitizer's "Unable to get
-# registers from thread N.": its leak check could not read one thread's registers (a race with a
-# thread on its way out), counted that thread's whole stack as reachable (or skipped it, if gone)
-# and went on, so a leak it then found would follow in the same file (LLVM's lsan_common.cpp;
-# seen once in a clean-clone run, 2026-12-05, and not in the rerun of the same build). Both are
-# named, not counted; any other content fails the step.
-for f in "$san"/asan.*; do
+# A report file that is empty holds no report: a process opened its log and died before writing.
+# Nor does one whose every line is LeakSanitizer's "Unable to get registers from thread N.": its
+# leak check could not read one thread's registers (a race with a thread on its way out), counted
+# that thread's whole stack as reachable (or skipped it, if gone) and went on, so a leak it then
+# found would follow in the same file (LLVM's lsan_common.cpp). Each was seen once in a clean-clone
+# run (2026-12-05), not in reruns. Which process, by elimination: a sanitizer opens its log only to write, and the
+# only writing a clean process does is LeakSanitizer's at exit, so the one process that can be
+# stopped between opening and writing is an npullm the cache-fault test SIGKILLs at a random time
+# (CacheFaults.*Killed*: the kill lands in its exit-time leak check when the delay drawn is about
+# the run's length; the check stops the world to read every thread, the same race as the note
+# above). The files are named by program now (log_exe_name), so the next one says so: it should
+# read asan.npullm.PID. Both kinds are named, not counted; any other content fails the step.
+for f in "$san"/asan.* "$san"/ubsan.*; do
   [ -e "$f" ] || continue
   if [ ! -s "$f" ]; then
     echo "test.sh: $(basename "$f"): an empty sanitizer log (no report in it), not counted" >&2
@@ -43,7 +50,7 @@ for f in "$san"/asan.*; do
     echo "test.sh: $(basename "$f"): only LeakSanitizer's note that a thread could not be read ($(head -1 "$f")), not counted" >&2
   else
     cat "$f" >&2
-    echo "test.sh: AddressSanitizer / LeakSanitizer reported (above, $f)" >&2
+    echo "test.sh: a sanitizer reported (above, $f)" >&2
     asan_rc=1
   fi
 done
@@ -53,7 +60,8 @@ rm -rf "$san"
 # pool, the scheduler, batched decode and sequence slots, the request layer, the C API's streamed
 # generation, sampling on several threads, stories260K decoded on 1 and 2 threads; then the server end
 # to end with the TSan npullm (tests/server/run.sh: the bad requests, 64 concurrent streams, an
-# overloaded server answering 503s), which must exit 0 after SIGTERM. halt_on_error: the first race
+# overloaded server answering 503s, the web page in Chromium, the abuse script), which must exit 0
+# after SIGTERM. halt_on_error: the first race
 # fails the step (a server that stops answers no more requests, and its exit status is TSan's 66).
 # Suppressions only for third-party code (scripts/tsan.supp says why). Address-space randomisation is
 # off for these runs where setarch can do that (GCC 12's TSan fails on kernels with 32 random bits).
@@ -64,7 +72,10 @@ if setarch "$(uname -m)" -R true 2>/dev/null; then norandom=(setarch "$(uname -m
 export TSAN_OPTIONS="halt_on_error=1 second_deadlock_stack=1 suppressions=$PWD/scripts/tsan.supp"
 "${norandom[@]}" build-tsan/tests/npullm_tests \
   --gtest_filter='Driver*:WorkerPool*:Scheduler*:*BatchedDecode*:SequenceSlots*:OpenAiRequest*:Capi*:Sampler.SequencesDoNotDependOnOtherThreads:StoriesReference.*'
-NPULLM_SANITIZER=ThreadSanitizer "${norandom[@]}" tests/server/run.sh build-tsan/npullm - "bad_requests|concurrency"  # no RSS bound
+# The web page (Chromium) and the abuse scripts too: the page's polling and streams, and raw-socket
+# abuse, reach the connection and drain paths the others do not (no RSS bounds under TSan).
+NPULLM_SANITIZER=ThreadSanitizer "${norandom[@]}" tests/server/run.sh build-tsan/npullm - \
+  "bad_requests|concurrency|web_page|abuse"
 unset TSAN_OPTIONS
 # libFuzzer smoke run: every parser harness of tests/fuzz for 15 s (clang build in build-fuzz/).
 scripts/fuzz.sh 15

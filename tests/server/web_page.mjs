@@ -16,7 +16,7 @@ import { fileURLToPath } from 'node:url';
 import { chromium } from 'playwright-core';
 import { baseUrl, deadline, main, sleep } from './lib.mjs';
 
-deadline(180_000);
+deadline(process.env.NPULLM_SANITIZER ? 360_000 : 180_000);  // (a sanitizer build runs several times slower)
 const URL_ = baseUrl();
 const ROOT = path.resolve(path.dirname(fileURLToPath(import.meta.url)), '../..');
 const SHOT = path.resolve(ROOT, process.env.NPULLM_SCREENSHOT || 'build/web-page.png');
