@@ -270,13 +270,27 @@ inline const std::filesystem::path& scratch_dir() {
   return s.path;
 }
 
+// Fails the current test when a child's stderr holds an UndefinedBehaviorSanitizer report
+// ("FILE:LINE:COL: runtime error: ..."). Under GCC, ASan + UBSan builds run UBSan as a runtime of its
+// own that writes to stderr whatever log_path says, so a finding in a child whose exit status a
+// test does not check (or whose failure it expects) would otherwise pass unseen.
+inline void check_child_sanitizers(const std::string& cmd, const std::string& err) {
+  const size_t at = err.find(": runtime error: ");
+  if (at == std::string::npos) return;
+  const size_t from = err.rfind('\n', at);
+  ADD_FAILURE() << "UndefinedBehaviorSanitizer reported in a child process (" << cmd.substr(0, 200) << "):\n"
+                << err.substr(from == std::string::npos ? 0 : from + 1, 4000);
+}
+
 // Runs a shell command line, capturing stdout and stderr.
 inline Proc run_shell(const std::string& cmd) {
   const std::filesystem::path dir = scratch_dir() / "shell";
   std::filesystem::create_directories(dir);
   const std::string o = (dir / "out").string(), e = (dir / "err").string();
   const int status = std::system((cmd + " >" + o + " 2>" + e).c_str());
-  return {WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status), read_file(o), read_file(e)};
+  Proc r{WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status), read_file(o), read_file(e)};
+  check_child_sanitizers(cmd, r.err);
+  return r;
 }
 
 #ifdef NPULLM_BINARY

@@ -95,6 +95,7 @@ test::Proc spawn_npullm(const std::vector<std::string>& args, const Spawn& how =
   int status = 0;
   ::waitpid(pid, &status, 0);
   r.rc = WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
+  test::check_child_sanitizers("npullm " + (args.empty() ? std::string() : args[0]), r.err);
   return r;
 }
 

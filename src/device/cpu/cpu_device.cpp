@@ -152,6 +152,18 @@ constexpr int64_t kParallelWork = 1 << 17;
 // a busy process no slower (3 pairs each). Prefill keeps four: its causal attention's later rows
 // cost more, and with two per thread pp512 lost 2 % (3 of 3).
 constexpr int64_t kDecodeRows = 16;
+
+// Bounds on what a task may ask of the device's own memory. A blob is checked against its
+// checksums, not against sense, and prepare() sizes each thread's scratch from its tasks'
+// dimensions (execute() sizes the stage's activation copies from them too), so a damaged or
+// hostile blob with a dimension of 2^40 would have the device allocate without end (or overflow
+// the sizes it computes). No model comes near these: the largest per-thread scratch (attention
+// over 128k rows, 8 heads at once) is 1M floats, and a prefill MatMul's activations (512 rows of a
+// 28,672-wide FFN) are 15M floats. Element counts of whole tensors (an Add, the logits of every
+// row of a chunk) may be large, so a single dimension is only kept where its products stay exact.
+constexpr int64_t kMaxDim = int64_t{1} << 31;               // any one dimension of a task
+constexpr int64_t kMaxWorkFloats = int64_t{1} << 24;        // one thread's scratch (64 MiB)
+constexpr int64_t kMaxActivationFloats = int64_t{1} << 28;  // rows x K of one MatMul's x (1 GiB)
 int64_t chunks_per_thread(const TaskDesc& t) { return t.dim[0] <= kDecodeRows ? 2 : 4; }
 
 // A growable 64-byte-aligned byte buffer (contents are not kept when it grows).
@@ -293,6 +305,7 @@ class CpuDevice final : public device::Device {
     int64_t need = 0;
     for (size_t i = 0; i < prog.n_tasks; ++i) {
       const TaskDesc& t = prog.tasks[i];
+      check_dims(t, i);
       if (t.op == static_cast<uint32_t>(OpCode::MatMul)) {
         need = std::max(need, matmul_work_floats(t.dim[1]));
         const auto layout = static_cast<WeightLayout>(t.iparam[0]);
@@ -331,6 +344,9 @@ class CpuDevice final : public device::Device {
       if (split_of(t).length <= 0 && t.op != static_cast<uint32_t>(OpCode::Embed))
         fail("cpu device: task {} ({}) has an empty range", i, blob::op_name(t.op));
     }
+    if (need > kMaxWorkFloats)
+      fail("cpu device: the program's tasks need {} floats of scratch per thread, more than the {} this device gives", need,
+           kMaxWorkFloats);
     for (std::vector<float>& w : work_)
       if (static_cast<int64_t>(w.size()) < need) w.resize(static_cast<size_t>(need));
   }
@@ -346,6 +362,18 @@ class CpuDevice final : public device::Device {
   }
 
  private:
+  // Refuses a task whose dimensions are negative or beyond kMaxDim, or a MatMul whose activations
+  // (copied per stage or per thread when a prologue applies) are beyond kMaxActivationFloats.
+  static void check_dims(const TaskDesc& t, size_t i) {
+    for (int d = 0; d < blob::kMaxDims; ++d)
+      if (t.dim[d] < 0 || t.dim[d] > kMaxDim)
+        fail("cpu device: task {} ({}) has dimension {} = {}, outside 0..{}", i, blob::op_name(t.op), d, t.dim[d], kMaxDim);
+    if ((t.op == static_cast<uint32_t>(OpCode::MatMul) || t.op == static_cast<uint32_t>(OpCode::MoeMatMul)) &&
+        t.dim[0] * t.dim[1] > kMaxActivationFloats)
+      fail("cpu device: task {} ({}) reads {} x {} activations, more than the {} floats this device copies", i,
+           blob::op_name(t.op), t.dim[0], t.dim[1], kMaxActivationFloats);
+  }
+
   void check_prologue(const TaskDesc& t, size_t i) const {
     const blob::Prologue pro = prologue_of(t);
     const bool matmul = t.op == static_cast<uint32_t>(OpCode::MatMul);
