@@ -43,7 +43,15 @@ bool nested_deeper_than(std::string_view body, int limit) {
 
 const char* finish_name(FinishReason r, bool tool_calls) {
   if (tool_calls) return "tool_calls";
+  // A request ended by the server (shut down, or still running when a drain's time ran out) says
+  // so, as vLLM's "abort" does, rather than pass for a reply that ended by itself.
+  if (r == FinishReason::Cancelled) return "abort";
   return r == FinishReason::Length ? "length" : "stop";
+}
+
+ApiError draining_error() {
+  return ApiError{503, "the server is shutting down and admits no new requests; retry (another replica will answer)", "server_error",
+                  "", "server_draining"};
 }
 
 json usage_json(const genai::ServeResult& r) {
@@ -57,6 +65,10 @@ json usage_json(const genai::ServeResult& r) {
 void HttpServer::Impl::generate(const httplib::Request& req, httplib::Response& res, bool chat) {
   conn_busy();
   if (!authorized(req, res)) return;
+  genai::Scheduler* loaded_sched = loaded(res);
+  if (!loaded_sched) return;
+  genai::Scheduler& sched = *loaded_sched;
+  if (phase == Phase::Draining) return send_error(res, draining_error());
   if (nested_deeper_than(req.body, opt.max_json_depth))
     return send_error(res, bad_request(fmt::format("the request body nests arrays or objects deeper than {} levels", opt.max_json_depth)));
   RequestLimits limits{opt.max_tokens_limit, sched.n_vocab()};
@@ -136,12 +148,13 @@ void HttpServer::Impl::generate(const httplib::Request& req, httplib::Response& 
   } catch (const genai::QueueFull& e) {
     return send_error(res, ApiError{503, e.what(), "server_error", "", "server_overloaded"});
   } catch (const Error& e) {
+    if (phase == Phase::Draining) return send_error(res, draining_error());  // the scheduler shut down meanwhile
     // Among them a schema or grammar genai/grammar cannot compile: the message names the keyword.
     return send_error(res, bad_request(e.what(), r.gen.structured.kind != StructuredOutput::Kind::None ? structured_param : ""));
   }
   const std::string id = fmt::format("{}-{}", chat ? "chatcmpl" : "cmpl", next_id++);
   const int64_t created = unix_now();
-  if (r.stream) return stream(res, ch, chat, id, created, r.include_usage, tool_parser);
+  if (r.stream) return stream(sched, res, ch, chat, id, created, r.include_usage, tool_parser);
 
   // Until it is done; a client that hangs up meanwhile cancels its request (freeing the slot).
   std::unique_lock lk(ch->m);

@@ -206,8 +206,9 @@ bool GuardedServer::process_and_close_socket(socket_t sock) {
     if (!await_request(c)) break;
     ConnStream strm(c, opt_, table_);
     bool closed = false;
-    ret = process_request(strm, left == 1, closed, nullptr);
-    if (!ret || closed || strm.gave_up()) break;  // a request too slow to arrive ends its connection
+    const bool last = left == 1 || closing;  // said in the response ("Connection: close")
+    ret = process_request(strm, last, closed, nullptr);
+    if (!ret || closed || last || strm.gave_up()) break;  // a request too slow to arrive ends its connection
   }
   tl_conn = nullptr;
   ::shutdown(sock, SHUT_RDWR);

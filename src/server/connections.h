@@ -52,6 +52,10 @@ class GuardedServer final : public httplib::Server {
   // 3 s, ...) before any thread sees them. listen() again on the bound socket sets a larger one.
   void widen_backlog();
 
+  // Set while draining: every response closes its connection ("Connection: close"), so that a
+  // client behind a load balancer comes back on a new connection, to another replica.
+  std::atomic<bool> closing{false};
+
  private:
   bool process_and_close_socket(socket_t sock) override;
   // The wait for a (next) request on a kept-alive connection: keep_alive_timeout_s, cut short

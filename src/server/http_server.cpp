@@ -6,7 +6,7 @@
 
 namespace npullm::server {
 
-HttpServer::HttpServer(genai::Scheduler& sched, ServerOptions opt) : impl_(std::make_unique<Impl>(sched, std::move(opt))) {}
+HttpServer::HttpServer(ServerOptions opt) : impl_(std::make_unique<Impl>(std::move(opt))) {}
 HttpServer::~HttpServer() = default;
 
 void HttpServer::bind() {
@@ -28,5 +28,18 @@ void HttpServer::run() {
 }
 
 void HttpServer::stop() { impl_->svr.stop(); }
+
+bool HttpServer::running() const { return impl_->svr.is_running(); }
+
+void HttpServer::set_scheduler(genai::Scheduler& sched) {
+  impl_->sched = &sched;
+  Phase loading = Phase::Loading;
+  impl_->phase.compare_exchange_strong(loading, Phase::Ready);  // not back out of a drain
+}
+
+void HttpServer::drain() {
+  impl_->phase = Phase::Draining;
+  impl_->svr.closing = true;
+}
 
 }  // namespace npullm::server

@@ -11,6 +11,12 @@
 //
 // The server holds no model logic: it validates requests (openai_request.h), hands them to the
 // scheduler, and turns the scheduler's callbacks into responses.
+//
+// Its life, as a readiness probe and a rolling update need it: it serves from bind(), before the
+// model is loaded (loading: GET /health and the API answer 503), then set_scheduler() makes it ready
+// (200), and drain() stops admitting (new completion requests and /health get 503 with Retry-After,
+// every response closes its connection) while the requests already admitted run on to their end.
+// GET /livez answers 200 in every phase: the process is up and serving HTTP.
 #pragma once
 #include <cstdint>
 #include <memory>
@@ -45,11 +51,12 @@ struct ServerOptions {
   int busy_read_ms = 500;
   int max_json_depth = 64;           // bodies nested deeper (arrays/objects) get 400, before parsing
   size_t max_stop_bytes = 1024;      // a longer stop string gets 400 (at most 4 of them, as OpenAI)
+  int64_t parallel = 4;              // the scheduler's slots: sizes http_threads' default before it is loaded
 };
 
 class HttpServer {
  public:
-  HttpServer(genai::Scheduler& sched, ServerOptions opt);
+  explicit HttpServer(ServerOptions opt);
   ~HttpServer();
   HttpServer(const HttpServer&) = delete;
   HttpServer& operator=(const HttpServer&) = delete;
@@ -57,9 +64,17 @@ class HttpServer {
   // Binds the socket; throws npullm::Error when it cannot (address in use, bad host).
   void bind();
   int port() const;
-  // Serves until stop() (from another thread); returns then.
+  // Serves until stop() (from another thread); returns then, once every connection has ended.
   void run();
   void stop();
+  bool running() const;  // run() has begun to accept connections
+
+  // The model is loaded: requests go to `sched` (which must outlive the server) from now on.
+  void set_scheduler(genai::Scheduler& sched);
+  // Stops admitting: completion requests and /health answer 503 with Retry-After from now on.
+  // What the scheduler already holds runs on; the caller decides how long (npullm serve's
+  // --drain-timeout) before it shuts the scheduler down and stops the server.
+  void drain();
 
  private:
   struct Impl;

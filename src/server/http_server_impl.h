@@ -37,6 +37,8 @@ const char* finish_name(FinishReason r, bool tool_calls = false);
 json usage_json(const genai::ServeResult& r);
 // The error object with its status (and Retry-After on a 503).
 void send_error(httplib::Response& res, const ApiError& e);
+// 503 for a request that comes while the server drains.
+ApiError draining_error();
 
 // What the scheduler thread hands to the HTTP thread of one request.
 struct Channel {
@@ -50,8 +52,12 @@ struct Channel {
   uint64_t id = 0;
 };
 
+// Where the server is in its life (http_server.h).
+enum class Phase { Loading, Ready, Draining };
+
 struct HttpServer::Impl {
-  genai::Scheduler& sched;
+  std::atomic<genai::Scheduler*> sched{nullptr};  // set once, when the model is loaded
+  std::atomic<Phase> phase{Phase::Loading};
   ServerOptions opt;
   ConnTable conns;
   GuardedServer svr{conns, opt};
@@ -61,10 +67,12 @@ struct HttpServer::Impl {
   std::mt19937_64 seed_rng{std::random_device{}()};
   std::mutex seed_mu;
 
-  Impl(genai::Scheduler& s, ServerOptions o);  // routes.cpp
+  explicit Impl(ServerOptions o);  // routes.cpp
 
   // routes.cpp
   void routes();
+  // The scheduler; nullptr after answering 503 when the model is still loading.
+  genai::Scheduler* loaded(httplib::Response& res);
   bool authorized(const httplib::Request& req, httplib::Response& res);
   uint64_t fresh_seed();
 
@@ -74,11 +82,11 @@ struct HttpServer::Impl {
   // streaming.cpp: server-sent events, one "data: {chunk}" event per piece of text as the scheduler
   // produces it. With tool calls (`tools` non-null) the text goes through the parser: content as it
   // is said, each call once complete (tool_reply_deltas).
-  void stream(httplib::Response& res, std::shared_ptr<Channel> ch, bool chat, const std::string& id, int64_t created, bool usage,
-              std::shared_ptr<genai::tools::ToolCallParser> tools);
+  void stream(genai::Scheduler& sched, httplib::Response& res, std::shared_ptr<Channel> ch, bool chat, const std::string& id,
+              int64_t created, bool usage, std::shared_ptr<genai::tools::ToolCallParser> tools);
 
   // slots_view.cpp
-  json slots_json();
+  json slots_json(const genai::Scheduler& sched);
 };
 
 }  // namespace npullm::server

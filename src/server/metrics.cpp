@@ -37,10 +37,38 @@ void histogram(std::string& out, const char* name, const char* help, const genai
   out += fmt::format("{}_bucket{{le=\"+Inf\"}} {}\n{}_sum {}\n{}_count {}\n", name, h.count, name, h.sum / 1000.0, name, h.count);
 }
 
+// Prometheus label values escape backslash, double quote and newline.
+std::string label_value(const std::string& v) {
+  std::string out;
+  for (char c : v) {
+    if (c == '\\' || c == '"') out += '\\';
+    if (c == '\n') out += "\\n";
+    else out += c;
+  }
+  return out;
+}
+
+// The model-server protocol's signals (metrics.h), under vLLM's names.
+void protocol(std::string& out, const genai::SchedulerStatus& st, const std::string& model_name) {
+  const std::string model = fmt::format("{{model_name=\"{}\"}}", label_value(model_name));
+  const int64_t rows = st.parallel * st.slot_capacity;
+  head(out, "vllm:num_requests_waiting", "gauge", "Requests waiting for a sequence slot (the protocol's TotalQueuedRequests).");
+  out += fmt::format("vllm:num_requests_waiting{} {}\n", model, st.queue);
+  head(out, "vllm:num_requests_running", "gauge", "Requests holding a sequence slot, prefilling or decoding (TotalRunningRequests).");
+  out += fmt::format("vllm:num_requests_running{} {}\n", model, st.busy_slots);
+  head(out, "vllm:kv_cache_usage_perc", "gauge",
+       "Fraction (0-1) of all slots' K/V rows held by running requests; rows kept for prefix reuse count as free (KVCacheUtilization).");
+  out += fmt::format("vllm:kv_cache_usage_perc{} {}\n", model, rows > 0 ? static_cast<double>(st.kv_rows_in_use) / static_cast<double>(rows) : 0.0);
+  head(out, "vllm:cache_config_info", "gauge",
+       "K/V cache layout for prefix-aware routing: block_size tokens per block, num_gpu_blocks blocks in all slots together.");
+  out += fmt::format("vllm:cache_config_info{{block_size=\"{}\",num_gpu_blocks=\"{}\"}} 1\n", kPrefixBlockTokens, rows / kPrefixBlockTokens);
+}
+
 }  // namespace
 
 std::string prometheus_text(const genai::SchedulerStatus& st, const std::map<std::pair<std::string, int>, uint64_t>& requests,
-                            int64_t slots, int64_t slot_capacity) {
+                            const std::string& model_name) {
+  const int64_t slots = st.parallel, slot_capacity = st.slot_capacity;
   std::string out;
   head(out, "npullm_http_requests_total", "counter", "HTTP requests answered, by route and status.");
   for (const auto& [key, n] : requests) out += fmt::format("npullm_http_requests_total{{route=\"{}\",status=\"{}\"}} {}\n", key.first, key.second, n);
@@ -65,6 +93,7 @@ std::string prometheus_text(const genai::SchedulerStatus& st, const std::map<std
          st.longest_decode_stall_ms / 1000.0);
   histogram(out, "npullm_time_to_first_token_seconds", "From request submission to its first token.", st.ttft_ms);
   histogram(out, "npullm_token_latency_seconds", "Between consecutive tokens of a request.", st.token_latency_ms);
+  protocol(out, st, model_name);
   return out;
 }
 

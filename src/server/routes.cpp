@@ -38,10 +38,9 @@ void send_error(httplib::Response& res, const ApiError& e) {
   res.set_content(dump(e.body()), "application/json");
 }
 
-HttpServer::Impl::Impl(genai::Scheduler& s, ServerOptions o) : sched(s), opt(std::move(o)) {
-  const genai::SchedulerStatus st = sched.status();
+HttpServer::Impl::Impl(ServerOptions o) : opt(std::move(o)) {
   int threads = opt.http_threads;
-  if (threads <= 0) threads = static_cast<int>(std::min<int64_t>(512, 2 * static_cast<int64_t>(st.slots.size()) + 64 + 16));
+  if (threads <= 0) threads = static_cast<int>(std::min<int64_t>(512, 2 * std::max<int64_t>(1, opt.parallel) + 64 + 16));
   svr.new_task_queue = [this, threads] { return new_connection_pool(static_cast<size_t>(threads), conns); };
   svr.set_payload_max_length(opt.max_body_bytes);
   svr.set_keep_alive_timeout(opt.keep_alive_timeout_s);
@@ -61,6 +60,12 @@ bool HttpServer::Impl::authorized(const httplib::Request& req, httplib::Response
   return false;
 }
 
+genai::Scheduler* HttpServer::Impl::loaded(httplib::Response& res) {
+  genai::Scheduler* s = sched.load();
+  if (!s) send_error(res, ApiError{503, "the model is still loading; retry shortly", "server_error", "", "model_loading"});
+  return s;
+}
+
 uint64_t HttpServer::Impl::fresh_seed() {
   std::lock_guard lk(seed_mu);
   return seed_rng();
@@ -71,26 +76,41 @@ void HttpServer::Impl::routes() {
     conn_busy();
     res.set_content(kIndexHtml, "text/html; charset=utf-8");
   });
-  svr.Get("/health", [](const httplib::Request&, httplib::Response& res) {
+  // Readiness: 200 only while requests are admitted (a readiness probe, a load balancer's check).
+  svr.Get("/health", [this](const httplib::Request&, httplib::Response& res) {
     conn_busy();
-    res.set_content(R"({"status":"ok"})", "application/json");
+    const Phase p = phase;
+    if (p == Phase::Ready) return res.set_content(R"({"status":"ok"})", "application/json");
+    res.status = 503;
+    res.set_header("Retry-After", "1");
+    res.set_content(p == Phase::Loading ? R"({"status":"loading"})" : R"({"status":"draining"})", "application/json");
+  });
+  // Liveness: the process serves HTTP, whatever its phase.
+  svr.Get("/livez", [](const httplib::Request&, httplib::Response& res) {
+    conn_busy();
+    res.set_content(R"({"status":"alive"})", "application/json");
   });
   svr.Get("/v1/models", [this](const httplib::Request& req, httplib::Response& res) {
     conn_busy();
     if (!authorized(req, res)) return;
-    json data = json::array({{{"id", sched.model_name()}, {"object", "model"}, {"created", unix_now()}, {"owned_by", "npullm"}}});
+    const genai::Scheduler* s = loaded(res);
+    if (!s) return;
+    json data = json::array({{{"id", s->model_name()}, {"object", "model"}, {"created", unix_now()}, {"owned_by", "npullm"}}});
     res.set_content(dump({{"object", "list"}, {"data", data}}), "application/json");
   });
   svr.Get("/metrics", [this](const httplib::Request& req, httplib::Response& res) {
     conn_busy();
     if (!authorized(req, res)) return;
-    const genai::SchedulerStatus st = sched.status();
-    res.set_content(prometheus_text(st, counter.snapshot(), st.parallel, st.slot_capacity), "text/plain; version=0.0.4; charset=utf-8");
+    const genai::Scheduler* s = loaded(res);
+    if (!s) return;
+    res.set_content(prometheus_text(s->status(), counter.snapshot(), s->model_name()), "text/plain; version=0.0.4; charset=utf-8");
   });
   svr.Get("/slots", [this](const httplib::Request& req, httplib::Response& res) {
     conn_busy();
     if (!authorized(req, res)) return;
-    res.set_content(dump(slots_json()), "application/json");
+    const genai::Scheduler* s = loaded(res);
+    if (!s) return;
+    res.set_content(dump(slots_json(*s)), "application/json");
   });
   svr.Post("/v1/chat/completions", [this](const httplib::Request& req, httplib::Response& res) { generate(req, res, true); });
   svr.Post("/v1/completions", [this](const httplib::Request& req, httplib::Response& res) { generate(req, res, false); });
@@ -124,7 +144,7 @@ void HttpServer::Impl::routes() {
     send_error(res, ApiError{500, what, "server_error", "", ""});
   });
   svr.set_logger([this](const httplib::Request& req, const httplib::Response& res) {
-    static const char* known[] = {"/", "/health", "/v1/models", "/metrics", "/slots", "/v1/chat/completions", "/v1/completions"};
+    static const char* known[] = {"/", "/health", "/livez", "/v1/models", "/metrics", "/slots", "/v1/chat/completions", "/v1/completions"};
     std::string route = "other";
     for (const char* k : known)
       if (req.path == k) route = k;

@@ -5,7 +5,7 @@
 
 namespace npullm::server {
 
-json HttpServer::Impl::slots_json() {
+json HttpServer::Impl::slots_json(const genai::Scheduler& sched) {
   const genai::SchedulerStatus st = sched.status();
   json slots = json::array();
   for (const genai::SlotStatus& s : st.slots)

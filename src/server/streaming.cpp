@@ -10,8 +10,8 @@ namespace npullm::server {
 
 using genai::tools::ToolCallParser;
 
-void HttpServer::Impl::stream(httplib::Response& res, std::shared_ptr<Channel> ch, bool chat, const std::string& id, int64_t created,
-                              bool usage, std::shared_ptr<ToolCallParser> tools) {
+void HttpServer::Impl::stream(genai::Scheduler& sched, httplib::Response& res, std::shared_ptr<Channel> ch, bool chat, const std::string& id,
+                              int64_t created, bool usage, std::shared_ptr<ToolCallParser> tools) {
   res.set_header("Cache-Control", "no-cache");
   res.set_header("X-Accel-Buffering", "no");
   const std::string model = sched.model_name();

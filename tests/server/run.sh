@@ -1,12 +1,12 @@
 #!/usr/bin/env bash
 # End-to-end tests of `npullm serve`: starts a server on a free 127.0.0.1 port, runs the .mjs
 # scripts against it, then a second server with --api-key for the auth checks, and checks that
-# each server exits 0 within 10 s of SIGTERM.
+# each server exits 0 within 10 s of SIGTERM (a 5 s drain at most). drain.mjs runs servers of its own.
 #
 # usage: tests/server/run.sh NPULLM_BIN [MODEL.gguf] [FILTER]
 #   MODEL   default ../shared/models/llama2c/stories260K.gguf from the repo root; "" or - for it.
 #           Missing: exit 77 (skip), or 1 when NPULLM_REQUIRE_DATA=1.
-#   FILTER  extended regex on script names, e.g. 'openai|web|abuse|structured' (default: all).
+#   FILTER  extended regex on script names, e.g. 'openai|web|abuse|structured|drain' (default: all).
 # env: NPULLM_RUNTIME_FLAGS  extra runtime flags for both `serve` and `run` (e.g. "--variants 64,128")
 #      NPULLM_SCREENSHOT     where web_page.mjs saves its screenshot (default build/web-page.png)
 #      NPULLM_KEEP_TMP=1     keep the temp folder (server logs, blob cache)
@@ -38,7 +38,7 @@ fi
 MODEL="$(cd "$(dirname "$MODEL")" && pwd)/$(basename "$MODEL")"
 
 SCRIPTS=()
-for s in bad_requests openai_client structured concurrency web_page abuse; do
+for s in bad_requests openai_client structured concurrency web_page abuse drain; do
   [[ "$s" =~ $FILTER ]] && SCRIPTS+=("$s")
 done
 [[ ${#SCRIPTS[@]} -gt 0 ]] || { echo "run.sh: no script matches '$FILTER'" >&2; exit 2; }
@@ -96,7 +96,7 @@ start_server() {
   URL="http://127.0.0.1:$PORT"
   SERVER_LOG="$TMP/$name.log"
   "$BIN" serve -m "${SERVE_MODEL:-$MODEL}" --chat-template "${CHAT_TEMPLATE:-chatml}" --parallel "${PARALLEL:-8}" --host 127.0.0.1 --port "$PORT" \
-    --cache-dir "$CACHE" "${RUNTIME_FLAGS[@]}" "$@" >"$SERVER_LOG" 2>&1 &
+    --cache-dir "$CACHE" --drain-timeout 5 "${RUNTIME_FLAGS[@]}" "$@" >"$SERVER_LOG" 2>&1 &
   SERVER_PID=$!
   local deadline=$((SECONDS + 60))
   until node -e 'fetch(process.argv[1]).then(r=>process.exit(r.status===200?0:1),()=>process.exit(1))' "$URL/health"; do
@@ -154,7 +154,7 @@ run_script() {
 
 start_server main
 for s in "${SCRIPTS[@]}"; do
-  [[ "$s" == abuse || "$s" == structured ]] && continue  # on servers of their own, below
+  [[ "$s" == abuse || "$s" == structured || "$s" == drain ]] && continue  # on servers of their own, below
   # A script that kills the server would fail the rest with confusing messages; say so instead.
   kill -0 "$SERVER_PID" 2>/dev/null || { echo "run.sh: the server died" >&2; log_tail; exit 1; }
   run_script "$s"
@@ -199,6 +199,19 @@ if [[ " ${SCRIPTS[*]} " == *" abuse "* ]]; then
   PARALLEL=4 start_server abuse --max-queue 16 --read-timeout 3 --write-timeout 3
   run_script abuse
   stop_server || FAILED+=("clean shutdown (abuse server)")
+fi
+
+# Readiness and drain: drain.mjs starts its own servers (a fresh cache, so /health is seen saying
+# "loading"), on the golden qwen2 file, slow enough that 8 streams outlast the probes of a drain.
+if [[ " ${SCRIPTS[*]} " == *" drain "* ]]; then
+  DRAIN_MODEL="${NPULLM_SHARED_DIR:-$ROOT/../shared}/golden/qwen2-gpt2.Q4_0.gguf"
+  if [[ -f "$DRAIN_MODEL" ]]; then
+    run_script drain NPULLM_DRAIN_MODEL="$DRAIN_MODEL" NPULLM_RUNTIME_FLAGS="${NPULLM_RUNTIME_FLAGS:-}"
+  elif [[ "${NPULLM_REQUIRE_DATA:-0}" == "1" ]]; then
+    FAILED+=("drain: $DRAIN_MODEL not found")
+  else
+    echo "run.sh: $DRAIN_MODEL not found; readiness and drain not tested"
+  fi
 fi
 
 echo

@@ -120,7 +120,9 @@ TEST(OpenAiRequest, MetricsAreInPrometheusTextFormat) {
   st.ttft_ms.add(50);
   st.ttft_ms.add(5000);
   st.generated_tokens = 42;
-  const std::string text = prometheus_text(st, {{{"/health", 200}, 3}}, 8, 1152);
+  st.parallel = 8;
+  st.slot_capacity = 1152;
+  const std::string text = prometheus_text(st, {{{"/health", 200}, 3}}, "stories260K");
   EXPECT_NE(text.find("# TYPE npullm_time_to_first_token_seconds histogram\n"), std::string::npos);
   EXPECT_NE(text.find("npullm_time_to_first_token_seconds_bucket{le=\"0.01\"} 1\n"), std::string::npos);
   EXPECT_NE(text.find("npullm_time_to_first_token_seconds_bucket{le=\"0.1\"} 2\n"), std::string::npos);

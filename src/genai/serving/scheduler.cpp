@@ -292,7 +292,8 @@ void Scheduler::loop() {
           if (s->req && s->req->id == id) s->req->cancelled = true;
       }
       cancelled_.clear();
-      if (!stopping_) admit();
+      // Published at once, so that status() never shows a request in neither the queue nor a slot.
+      if (!stopping_ && admit()) publish();
     }
     for (auto& a : dropped) {
       a->res.finish = FinishReason::Cancelled;
