@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
-# The Debian package (ctest's DebPackage): `cpack -G DEB` gives npullm_<version>_amd64.deb whose
-# Depends are the Debian packages of the libraries it links (all installed here); unpacked into a
-# throwaway root with `dpkg -x` (not installed), its npullm runs stories260K and prints
-# `npullm run --temp 0`'s text from the build, and its Python module works from there too.
+# The Debian package (ctest's DebPackage): `cpack -G DEB` (scripts/package-deb.sh, which
+# deploy/Dockerfile uses too) gives npullm_<version>_amd64.deb whose Depends are the Debian
+# packages of the libraries it links (all installed here); unpacked into a throwaway root with
+# `dpkg -x` (not installed), its npullm runs stories260K and prints `npullm run --temp 0`'s text
+# from the build, and its Python module works from there too.
 #
 #   tests/deb/run.sh BUILD_DIR
 # Exit 77 (a skip) when ../shared's model is missing, unless NPULLM_REQUIRE_DATA=1.
@@ -17,9 +18,9 @@ fail() { echo "FAIL: $*" >&2; exit 1; }
 
 version=$(sed -n 's/^project(npullm VERSION \([0-9.]*\).*/\1/p' "$src/CMakeLists.txt")
 arch=$(dpkg --print-architecture)
-cpack -G DEB --config "$build/CPackConfig.cmake" -B "$tmp/pkg" >"$tmp/cpack.log" 2>&1 || { cat "$tmp/cpack.log"; fail "cpack failed"; }
-deb=$tmp/pkg/npullm_${version}_${arch}.deb
-[ -f "$deb" ] || { ls "$tmp/pkg"; fail "no $(basename "$deb")"; }
+# The same script deploy/Dockerfile makes its package with.
+deb=$("$src/scripts/package-deb.sh" "$build" "$tmp/pkg" | tail -n 1) || fail "scripts/package-deb.sh failed"
+[ "$deb" = "$tmp/pkg/npullm_${version}_${arch}.deb" ] || fail "package-deb.sh made $deb, not npullm_${version}_${arch}.deb"
 echo "built $(basename "$deb") ($(du -h "$deb" | cut -f1))"
 
 depends=$(dpkg-deb -f "$deb" Depends)
