@@ -13,6 +13,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <cstdio>
 #include <fstream>
 #include <string>
 #include <vector>
@@ -39,6 +40,8 @@ struct Child {
 // `npullm ARGS...` with its stderr in a file, RLIMIT_AS set to `as_bytes` (0: none); wait4's usage.
 Child run_limited(const std::vector<std::string>& args, rlim_t as_bytes) {
   const std::string err_path = (test::scratch_dir() / "render-limits.err").string();
+  std::fflush(stdout);  // (or the child's freopen would write the parent's buffered lines again)
+  std::fflush(stderr);
   const pid_t pid = ::fork();
   if (pid == 0) {
     if (!std::freopen(err_path.c_str(), "w", stderr)) ::_exit(126);
