@@ -81,6 +81,11 @@ struct StructuredOutput {
   // Non-empty: the output is free until this text appears in it, and the constraint applies to
   // what follows it (lazy constraining, e.g. a tool call's "<tool_call>" under tool_choice auto).
   std::string trigger;
+  // Jump-forward: where the grammar allows one continuation only (a key, `":`, closing brackets),
+  // its tokens are appended in one prefill run instead of one decode step each
+  // (GenerationMetrics::forced_tokens counts them). The forced text is tokenized canonically, so
+  // what the model writes after it may differ from a run without jump-forward.
+  bool jump_forward = true;
 };
 
 // Speculative decoding: cheap guesses of the next tokens, checked by one run of the model over
@@ -141,6 +146,7 @@ struct GenerationMetrics {
   int64_t kv_bytes_copied = 0;              // K/V bytes moved (context shifts only)
   int64_t context_shifts = 0;
   int64_t reprefills = 0;                   // times the history was prefilled again
+  int64_t forced_tokens = 0;                // structured output: tokens appended by jump-forward (in generated_tokens, not prefill_tokens)
   int64_t prefill_chunks = 0;
   int64_t compiled_blobs = 0, cached_blobs = 0;  // at load (the same for every call)
   int64_t packed_weights = 0, cached_packed_weights = 0;  // weights repacked at load / mapped from the cache

@@ -78,7 +78,7 @@ nlohmann::json metrics_json(const GenerationMetrics& m) {
   return {{"ttft_ms", m.ttft_ms}, {"prefill_tokens", m.prefill_tokens}, {"generated_tokens", m.generated_tokens},
           {"prefill_tps", m.prefill_tps}, {"decode_tps", m.decode_tps}, {"variants_used", m.variants_used},
           {"kv_utilization", m.kv_utilization}, {"padded_positions", m.padded_positions},
-          {"kv_bytes_copied", m.kv_bytes_copied}, {"context_shifts", m.context_shifts}, {"reprefills", m.reprefills},
+          {"kv_bytes_copied", m.kv_bytes_copied}, {"context_shifts", m.context_shifts}, {"reprefills", m.reprefills}, {"forced_tokens", m.forced_tokens},
           {"prefill_chunks", m.prefill_chunks}, {"compiled_blobs", m.compiled_blobs}, {"cached_blobs", m.cached_blobs},
           {"packed_weights", m.packed_weights}, {"cached_packed_weights", m.cached_packed_weights}, {"load_ms", m.load_ms}, {"prefill_ms", m.prefill_ms},
           {"kv_bytes_per_position", m.kv_bytes_per_position}, {"kv_ring_bytes", m.kv_ring_bytes}, {"kv_bytes", m.kv_bytes},

@@ -66,6 +66,7 @@ struct LLMPipeline::Impl {
   // Per-call accounting.
   double prefill_ms = 0, decode_ms = 0;
   int64_t decoded = 0, reprefills = 0;
+  int64_t forced_tokens = 0, forced_prefill_tokens = 0;  // jump-forward: tokens forced, tokens it prefilled
 
   double load_ms = 0;  // construction: model opened, blobs loaded or compiled, tokenizer built
 
@@ -260,7 +261,7 @@ struct LLMPipeline::Impl {
     const auto t_start = Clock::now();
     std::unique_ptr<genai::grammar::StructuredDecoder> so = structured_for(g);
     prefill_ms = decode_ms = 0;
-    decoded = reprefills = 0;
+    decoded = reprefills = forced_tokens = forced_prefill_tokens = 0;
     const npuw::RuntimeStats before = rt->stats();
     rt->clear_variants_used();
 
@@ -360,6 +361,47 @@ struct LLMPipeline::Impl {
           next = spec->propose(seq, room);
         }
       }
+      // Jump-forward (structured output, never with speculation): the tokens the grammar forces
+      // after id join it in one prefill run, kept below max_new_tokens so that a sampled token
+      // still follows, and only with room.
+      std::vector<int32_t> forced;
+      if (so && g.structured.jump_forward && next.empty()) {
+        forced = so->forced_tokens(*tok);
+        const auto left = static_cast<size_t>(std::max<int64_t>(0, g.max_new_tokens - (i + 1) - 1));
+        if (forced.size() > left) forced.resize(left);
+        if (rt->position() + 1 + static_cast<int64_t>(forced.size()) > cap()) forced.clear();
+        size_t n = 0;
+        bool ended = false;
+        for (; n < forced.size() && !ended; ++n) {
+          if (!so->accept(forced[n])) break;
+          sampler.accept(forced[n]);
+          res.ids.push_back(forced[n]);
+          ++i;
+          const genai::StopStep fs = stop.push(decoder.push(forced[n]));
+          emit(fs.text);
+          if (fs.stopped || cancelled) {
+            res.finish = fs.stopped ? FinishReason::StopString : FinishReason::Cancelled;
+            ended = true;
+          }
+        }
+        forced.resize(n);
+        forced_tokens += static_cast<int64_t>(n);
+        if (ended) {  // the forced stretch is part of the conversation, not yet run
+          pending.push_back(id);
+          pending.insert(pending.end(), forced.begin(), forced.end());
+          break;
+        }
+      }
+      if (!forced.empty()) {
+        run_ids.assign(1, id);
+        run_ids.insert(run_ids.end(), forced.begin(), forced.end());
+        logits = rt->prefill(run_ids);
+        forced_prefill_tokens += static_cast<int64_t>(run_ids.size());
+        decode_ms += ms_between(t0, Clock::now());
+        decoded += static_cast<int64_t>(run_ids.size());
+        kv_ids.insert(kv_ids.end(), run_ids.begin(), run_ids.end());
+        continue;
+      }
       if (next.empty()) {
         logits = rt->decode(id);
       } else {
@@ -381,7 +423,8 @@ struct LLMPipeline::Impl {
 
     const npuw::RuntimeStats& after = rt->stats();
     GenerationMetrics& m = res.metrics;
-    m.prefill_tokens = after.prefill_tokens - before.prefill_tokens;
+    m.prefill_tokens = after.prefill_tokens - before.prefill_tokens - forced_prefill_tokens;
+    m.forced_tokens = forced_tokens;
     m.generated_tokens = static_cast<int64_t>(res.ids.size());
     m.prefill_tps = prefill_ms > 0 ? static_cast<double>(m.prefill_tokens) * 1000.0 / prefill_ms : 0.0;
     m.decode_tps = decode_ms > 0 ? static_cast<double>(decoded) * 1000.0 / decode_ms : 0.0;

@@ -83,6 +83,35 @@ TEST(GrammarGeneration, PipelineHonoursSchemaRegexAndGrammar) {
   else EXPECT_EQ(obj.text.substr(0, 1), "{");
 }
 
+// Jump-forward: where the schema allows one continuation (a key's letters once its quote is out),
+// the forced tokens go in with one prefill run. The text still meets the schema, the forced tokens
+// are counted and are part of the reply's ids, and without jump-forward nothing is counted.
+TEST(GrammarGeneration, JumpForwardAppendsForcedStretchesAndKeepsTheSchema) {
+  NPULLM_REQUIRE_SHARED(kModel);
+  LLMPipeline pipe(test::shared_path(kModel), pipeline_config());
+  const char* schema = R"({"type":"object","properties":{"firstname":{"type":"string","maxLength":6},
+      "lastname":{"type":"string","maxLength":6},"age":{"type":"integer","minimum":0,"maximum":99}},
+      "required":["firstname","lastname","age"],"additionalProperties":false})";
+  for (const char* prompt : {"Once upon a time", "Lily"}) {
+    GenerationConfig g = structured(StructuredOutput::Kind::JsonSchema, schema, 200);
+    const GenerationResult on = pipe.generate(prompt, g);
+    SCOPED_TRACE(on.text);
+    const nlohmann::json j = nlohmann::json::parse(on.text);
+    EXPECT_EQ(j.size(), 3u);
+    EXPECT_TRUE(j["firstname"].is_string() && j["lastname"].is_string() && j["age"].is_number_integer());
+    EXPECT_EQ(on.finish, FinishReason::Eos);
+    // "firstname", "lastname", "age": the letters after each opening quote are forced.
+    EXPECT_GE(on.metrics.forced_tokens, 3);
+    EXPECT_EQ(static_cast<int64_t>(on.ids.size()), on.metrics.generated_tokens);
+    EXPECT_EQ(pipe.detokenize(on.ids), on.text);
+    g.structured.jump_forward = false;
+    const GenerationResult off = pipe.generate(prompt, g);
+    EXPECT_EQ(off.metrics.forced_tokens, 0);
+    const nlohmann::json k = nlohmann::json::parse(off.text);
+    EXPECT_EQ(k.size(), 3u) << off.text;
+  }
+}
+
 TEST(GrammarGeneration, LazyTriggerLeavesTheTextBeforeItFree) {
   NPULLM_REQUIRE_SHARED(kModel);
   LLMPipeline pipe(test::shared_path(kModel), pipeline_config());

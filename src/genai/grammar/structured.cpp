@@ -24,6 +24,20 @@ std::unique_ptr<StructuredDecoder> StructuredDecoder::make(const StructuredOutpu
       new StructuredDecoder(TokenMatcher(std::move(g), std::move(trie), std::move(end_ids), s.trigger, std::move(classes))));
 }
 
+std::vector<int32_t> StructuredDecoder::forced_tokens(const Tokenizer& tok) {
+  constexpr size_t kMaxForcedBytes = 128;
+  const std::string text = m_.forced_bytes(kMaxForcedBytes);
+  if (text.empty()) return {};
+  // The forced text continues the reply: no SPM dummy prefix.
+  std::vector<int32_t> ids = tok.encode(text, /*add_bos=*/false, /*parse_special=*/false, /*continues_text=*/true);
+  // The text must come back byte for byte (an SPM dummy prefix or a normalisation would not).
+  std::string back;
+  for (int32_t id : ids) back += m_.trie().piece(id);
+  if (back != text) return {};
+  if (!ids.empty() && m_.trie().extends(ids.back())) ids.pop_back();
+  return ids;
+}
+
 int32_t StructuredDecoder::sample(Sampler& sampler, std::span<const float> logits) {
   const int32_t first = sampler.sample(logits);
   if (m_.allowed(first)) return first;

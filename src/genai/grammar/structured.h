@@ -42,6 +42,11 @@ class StructuredDecoder {
   // Takes the chosen token; false when it was not allowed (state unchanged).
   bool accept(int32_t id) { return m_.accept(id); }
   bool allowed(int32_t id) { return m_.allowed(id); }
+  // Jump-forward: the tokens that must come next whatever the model prefers (the grammar allows one
+  // continuation: a key, `":`, closing brackets), tokenized canonically by `tok`, none of them
+  // checked against the grammar yet. The last token of that text is left out when it is the start
+  // of a longer token (the model may merge it with what follows), so the list may be empty.
+  std::vector<int32_t> forced_tokens(const Tokenizer& tok);
   // Nothing may follow: end now (EOS) without sampling.
   bool must_end() const { return m_.must_end(); }
   bool complete() const { return m_.complete(); }

@@ -53,6 +53,19 @@ TokenTrie::TokenTrie(std::vector<std::string> pieces) : pieces_(std::move(pieces
   build(0, 0, order.size(), 0);
 }
 
+bool TokenTrie::extends(int32_t id) const {
+  uint32_t node = 0;
+  for (unsigned char b : piece(id)) {
+    const Node& n = nodes_[node];
+    uint32_t next = 0;
+    for (uint32_t e = n.first_child; e < n.first_child + n.n_children && !next; ++e)
+      if (edges_[e].byte == b) next = edges_[e].child;
+    if (!next) return false;
+    node = next;
+  }
+  return nodes_[node].n_children > 0;
+}
+
 // ---------------------------------------------------------------------------------------------
 
 TokenMatcher::TokenMatcher(std::shared_ptr<const Grammar> g, std::shared_ptr<const TokenTrie> trie, std::vector<int32_t> end_ids,
@@ -102,6 +115,20 @@ bool TokenMatcher::accept(int32_t id) {
   if (!m_.accept(p)) return false;
   constrained_ += p;
   return true;
+}
+
+std::string TokenMatcher::forced_bytes(size_t max) {
+  std::string out;
+  if (!triggered_) return out;
+  for (int32_t s = m_.state(); out.size() < max && !m_.complete(s);) {
+    const ByteSet& next = m_.next_bytes(s);
+    if (next.count() != 1) break;
+    size_t b = 0;
+    while (!next.test(b)) ++b;
+    out += static_cast<char>(b);
+    if ((s = m_.step(s, static_cast<uint8_t>(b))) < 0) break;  // cannot happen: the byte is the one allowed
+  }
+  return out;
 }
 
 // Depth-first over the trie; a subtree is entered only when its byte is allowed in `state`.

@@ -31,6 +31,8 @@ class TokenTrie {
   explicit TokenTrie(std::vector<std::string> pieces);
   size_t n_vocab() const { return pieces_.size(); }
   const std::string& piece(int32_t id) const { return pieces_[static_cast<size_t>(id)]; }
+  // Some longer token starts with token id's bytes.
+  bool extends(int32_t id) const;
 
   struct Node {
     uint32_t first_child, n_children;  // into edges_
@@ -72,6 +74,10 @@ class TokenMatcher {
   // The text so far may end here.
   bool complete() const { return !triggered_ || m_.is_complete(); }
   bool is_end(int32_t id) const;
+  const TokenTrie& trie() const { return *trie_; }
+  // The bytes the grammar allows as the only continuation from here (none before the trigger,
+  // none once the text may end), at most `max` of them.
+  std::string forced_bytes(size_t max);
   bool triggered() const { return triggered_; }
 
   int64_t masks_built() const { return masks_built_; }  // full masks computed (cache misses)

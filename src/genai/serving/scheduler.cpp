@@ -58,6 +58,7 @@ struct Scheduler::Active {
   std::unique_ptr<HarmonyParser> harmony;  // split_reasoning in a harmony chat: splits the reply
   ServeResult res;
   int32_t next = -1;                 // sampled, to be run by the next decode step
+  std::vector<int32_t> jump;         // jump-forward: a sampled token and the tokens the grammar forces after it, for one prefill run
   bool decoding = false;             // the prompt is in; decode steps run it
   bool cancelled = false;
 
@@ -341,6 +342,19 @@ void Scheduler::prefill_step() {
     if (s->req && !s->req->decoding && (!pick || s->req->id < pick->req->id)) pick = s.get();
   if (!pick) return;
   Active& a = *pick->req;
+  if (!a.jump.empty()) {  // a reply's forced stretch, run like a prompt chunk
+    std::span<const float> logits;
+    try {
+      logits = rt_->prefill_slot(pick->id, a.jump);
+    } catch (const Error& e) {
+      finish(*pick, FinishReason::Length, e.what());
+      return;
+    }
+    pick->tokens.insert(pick->tokens.end(), a.jump.begin(), a.jump.end());
+    a.jump.clear();
+    take_token(*pick, logits);
+    return;
+  }
   const std::vector<int32_t>& prompt = a.r.prompt_ids;
   // A request admitted beside one that was still prefilling the same prefix (a system prompt that
   // two clients sent at once) takes those rows once they are in, rather than prefilling them too.
@@ -440,6 +454,32 @@ void Scheduler::take_token(Slot& s, std::span<const float> logits) {
   if (a.cancelled) return finish(s, FinishReason::Cancelled);
   if (static_cast<int64_t>(a.res.ids.size()) >= a.r.gen.max_new_tokens) return finish(s, FinishReason::Length);
   if (rt_->position(s.id) >= rt_->capacity()) return finish(s, FinishReason::Length);  // the slot is full
+  // Jump-forward (as LLMPipeline does): the tokens the grammar forces after this one go with it
+  // into one prefill run (prefill_step) instead of a decode step each.
+  if (a.structured && a.r.gen.structured.jump_forward) {
+    std::vector<int32_t> forced = a.structured->forced_tokens(*tok_);
+    const auto left = static_cast<size_t>(std::max<int64_t>(0, a.r.gen.max_new_tokens - static_cast<int64_t>(a.res.ids.size()) - 1));
+    if (forced.size() > left) forced.resize(left);
+    if (rt_->position(s.id) + 1 + static_cast<int64_t>(forced.size()) > rt_->capacity()) forced.clear();
+    std::vector<int32_t> run{id};
+    for (int32_t f : forced) {
+      if (!a.structured->accept(f)) break;
+      a.sampler->accept(f);
+      a.res.ids.push_back(f);
+      a.res.forced_tokens++;
+      run.push_back(f);
+      work_.generated_tokens++;
+      const StopStep fs = a.stop->push(a.decoder->push(f));
+      a.say(fs.text);
+      if (fs.stopped) return finish(s, FinishReason::StopString);
+      if (a.cancelled) return finish(s, FinishReason::Cancelled);
+    }
+    s.generated = static_cast<int64_t>(a.res.ids.size());
+    if (run.size() > 1) {
+      a.jump = std::move(run);
+      return;  // decoding stays false: prefill_step runs it
+    }
+  }
   a.next = id;
   a.decoding = true;
 }

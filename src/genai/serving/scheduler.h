@@ -70,6 +70,7 @@ struct ServeResult {
   double queue_ms = 0;               // submit to admission
   double ttft_ms = 0;                // submit to first token
   double decode_tps = 0;             // generated tokens / time from first to last
+  int64_t forced_tokens = 0;         // structured output: generated tokens appended by jump-forward
   std::string error;                 // non-empty: the request failed (runtime error)
 };
 
