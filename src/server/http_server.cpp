@@ -1,6 +1,9 @@
 // HttpServer: binds, serves and stops; its parts are in the files http_server_impl.h lists.
 #include "server/http_server.h"
 
+#include <chrono>
+#include <thread>
+
 #include "common/error.h"
 #include "server/http_server_impl.h"
 
@@ -27,7 +30,13 @@ void HttpServer::run() {
   if (!impl_->svr.listen_after_bind()) fail("the HTTP server stopped with an error");
 }
 
-void HttpServer::stop() { impl_->svr.stop(); }
+void HttpServer::stop() {
+  // A stream the scheduler has just ended still has its last events to write: give them a moment
+  // (bounded) before the listener closes, after which httplib writes no more of a chunked reply.
+  const auto until = std::chrono::steady_clock::now() + std::chrono::seconds(2);
+  while (impl_->open_streams > 0 && std::chrono::steady_clock::now() < until) std::this_thread::sleep_for(std::chrono::milliseconds(5));
+  impl_->svr.stop();
+}
 
 bool HttpServer::running() const { return impl_->svr.is_running(); }
 

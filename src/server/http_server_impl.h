@@ -58,6 +58,9 @@ enum class Phase { Loading, Ready, Draining };
 struct HttpServer::Impl {
   std::atomic<genai::Scheduler*> sched{nullptr};  // set once, when the model is loaded
   std::atomic<Phase> phase{Phase::Loading};
+  // Streamed replies whose connection has not finished (their last bytes not yet written): stop()
+  // waits for them, since httplib stops writing a chunked reply once the listener is closed.
+  std::atomic<int> open_streams{0};
   ServerOptions opt;
   ConnTable conns;
   GuardedServer svr{conns, opt};

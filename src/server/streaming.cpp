@@ -26,6 +26,8 @@ void HttpServer::Impl::stream(genai::Scheduler& sched, httplib::Response& res, s
   auto started = std::make_shared<bool>(false);
   auto calls_said = std::make_shared<size_t>(0);
   genai::Scheduler* sched_ptr = &sched;
+  std::atomic<int>* open = &open_streams;
+  ++*open;
   res.set_chunked_content_provider(
       "text/event-stream",
       [=](size_t, httplib::DataSink& sink) {
@@ -83,13 +85,16 @@ void HttpServer::Impl::stream(genai::Scheduler& sched, httplib::Response& res, s
         sink.done();
         return true;
       },
-      [ch, sched_ptr](bool success) {
-        // The connection ended before the stream did (the client went away): stop generating.
-        std::lock_guard lk(ch->m);
-        if (!ch->done) {
-          ch->gone = true;
-          sched_ptr->cancel(ch->id);
+      [ch, sched_ptr, open](bool success) {
+        {
+          // The connection ended before the stream did (the client went away): stop generating.
+          std::lock_guard lk(ch->m);
+          if (!ch->done) {
+            ch->gone = true;
+            sched_ptr->cancel(ch->id);
+          }
         }
+        --*open;
       });
 }
 
