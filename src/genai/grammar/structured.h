@@ -46,7 +46,9 @@ class StructuredDecoder {
   // continuation: a key, `":`, closing brackets), tokenized canonically by `tok`, none of them
   // checked against the grammar yet. The last token of that text is left out when it is the start
   // of a longer token (the model may merge it with what follows), so the list may be empty.
+  // Fewer than kMinForcedTokens: none (the stretch is decoded token by token, which is cheaper).
   std::vector<int32_t> forced_tokens(const Tokenizer& tok);
+  static constexpr size_t kMinForcedTokens = 4;
   // Nothing may follow: end now (EOS) without sampling.
   bool must_end() const { return m_.must_end(); }
   bool complete() const { return m_.complete(); }
