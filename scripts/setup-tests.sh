@@ -4,7 +4,7 @@
 #   - for the server tests (tests/server): Debian's chromium, and the npm packages of
 #     tests/server/package.json (the official `openai` client, playwright-core) from its lock file;
 #   - for the fuzz smoke run (scripts/fuzz.sh): clang and libFuzzer (libclang-rt-dev);
-#   - for the grammar corpus test (tests/genai/test_grammar_corpus.cpp): Debian's json-schema-test-suite;
+#   - for the grammar corpus test (tests/genai/grammar/test_grammar_corpus.cpp): Debian's json-schema-test-suite;
 #   - for the deploy/ check (deploy/validate.py): Debian's python3-jsonschema and python3-yaml.
 set -euo pipefail
 cd "$(dirname "$0")/.."

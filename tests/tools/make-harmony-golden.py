@@ -2,7 +2,7 @@
 """Writes tests/data/chat/harmony_cases.json: gpt-oss's "harmony" chat template
 (tests/data/chat/harmony.jinja) rendered by Jinja2 (Debian python3-jinja2) for a set of
 conversations, the way HF transformers renders chat templates, so that
-tests/genai/test_chat_template.cpp can check npullm's Jinja engine against it byte for byte.
+tests/genai/chat/test_chat_template.cpp can check npullm's Jinja engine against it byte for byte.
 
 harmony.jinja is gpt-oss-20b's / gpt-oss-120b's chat_template as llama.cpp keeps it in
 models/templates/openai-gpt-oss-120b.jinja (16738 bytes, sha256 a4c9919cbbd4acdd51ccffe22da049264b1b73e59055fa58811a99efbd7c8146,

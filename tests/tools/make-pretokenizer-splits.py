@@ -1,7 +1,7 @@
 #!/usr/bin/python3
 """Writes tests/data/pretokenizer_splits.json: how the published pre-tokenizer regexes of GPT-2,
 Llama 3 and Qwen2 cut a set of texts, computed by Python's `regex` module (Debian python3-regex),
-an implementation independent of npullm's PCRE2 one. tests/genai/test_pretokenizer_splits.cpp
+an implementation independent of npullm's PCRE2 one. tests/genai/tokenizer/test_pretokenizer_splits.cpp
 checks npullm's PreTokenizer against these splits piece for piece.
 
 A split is HF tokenizers' Split(behavior=Isolated): every match is a piece and so is every run of

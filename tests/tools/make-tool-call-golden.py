@@ -5,7 +5,7 @@ results rendered by Jinja2 (Debian python3-jinja2) through the chat templates of
 header-only template without Llama 3.1's tool blocks), with the
 variables Hugging Face's apply_chat_template passes (`tools` as [{"type": "function", "function":
 {...}}], assistant `tool_calls` with `arguments` as a mapping, role "tool" messages with
-`tool_call_id`), so that tests/genai/test_tool_calls.cpp can check that genai/tools hands the
+`tool_call_id`), so that tests/genai/tools/test_tool_calls.cpp can check that genai/tools hands the
 templates the same messages and variables and that npullm's Jinja engine renders them byte for byte.
 
 The environment is the one ../shared/golden/chat/cases.json was made with: ImmutableSandboxedEnvironment(

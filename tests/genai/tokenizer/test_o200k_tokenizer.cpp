@@ -33,7 +33,7 @@ using json = nlohmann::json;
 
 std::string test_data_dir() {
   if (const char* e = std::getenv("NPULLM_TEST_DATA"); e && *e) return e;
-  return (std::filesystem::path(__FILE__).parent_path().parent_path().parent_path() / "build" / "test-data")
+  return (std::filesystem::path(__FILE__).parent_path().parent_path().parent_path().parent_path() / "build" / "test-data")
       .string();
 }
 

@@ -15,7 +15,7 @@
 #include "genai/tools/tool_call_parser.h"
 #include "genai/tools/tool_constraint.h"
 #include "genai/tools/tool_prompt.h"
-#include "grammar_test_util.h"
+#include "../grammar/grammar_test_util.h"
 #include "test_util.h"
 
 namespace npullm::genai::tools {

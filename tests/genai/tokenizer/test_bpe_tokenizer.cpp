@@ -38,7 +38,7 @@ using test::error_of;
 // <repo>/build/test-data (the repo found from this file's path).
 std::string test_data_dir() {
   if (const char* e = std::getenv("NPULLM_TEST_DATA"); e && *e) return e;
-  return (std::filesystem::path(__FILE__).parent_path().parent_path().parent_path() / "build" /
+  return (std::filesystem::path(__FILE__).parent_path().parent_path().parent_path().parent_path() / "build" /
           "test-data")
       .string();
 }
