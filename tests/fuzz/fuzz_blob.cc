@@ -2,10 +2,6 @@
 // symbols, barriers, tasks, relocations, memory plan, metadata) and the driver's load on top
 // (driver::Executable: scratch reservation, constants, weight resolution, relocation patching).
 //
-// Each blob is loaded twice: onto a null device (the driver's part alone) and onto the real CPU
-// device, whose prepare() checks every task and sizes its per-thread scratch from the tasks'
-// dimensions (nothing is executed: operand addresses in a fuzzed blob are not to be trusted).
-//
 // Every blob carries xxh64 checksums, so almost every mutation is (rightly) refused at the first
 // checksum. To reach the checks behind them, an input the reader refuses is tried a second time
 // with its .npu.check records recomputed by the harness (a best-effort fix that trusts nothing in
@@ -18,7 +14,6 @@
 #include <vector>
 
 #include "blob/blob_image.h"
-#include "device/cpu/cpu_device.h"
 #include "device/device.h"
 #include "driver/driver.h"
 #include "fuzz_util.h"
@@ -114,9 +109,6 @@ void load(const uint8_t* data, size_t size) {
   static ZeroBank bank;
   driver::Executable exe(std::span<const uint8_t>(data, size), "fuzz.blob", bank, dev);
   for (const blob::IoDesc& io : exe.image().ios) (void)exe.io_index(io.name);
-  // One thread: one scratch for prepare() to size.
-  static const std::unique_ptr<device::Device> cpu_dev = cpu::create_cpu_device(1);
-  driver::Executable on_cpu(std::span<const uint8_t>(data, size), "fuzz.blob", bank, *cpu_dev);
 }
 
 }  // namespace
