@@ -129,7 +129,7 @@ struct GenerationConfig {
   std::vector<int32_t> stop_token_ids;      // besides EOS
   bool ignore_eos = false;
   StructuredOutput structured;              // kind None: free text
-  Speculation speculative;                  // off by default; not with structured output (ignored)
+  Speculation speculative;                  // off by default; refused (npullm::Error) with structured output
 };
 
 enum class FinishReason { Eos, StopToken, StopString, Length, Cancelled };

@@ -245,7 +245,10 @@ struct LLMPipeline::Impl {
   std::unique_ptr<genai::Speculator> speculator_for(const GenerationConfig& g, bool structured, int64_t prompt_len) {
     const Speculation& sp = g.speculative;
     const bool wanted = sp.mode != SpecMode::Off || !sp.prediction.empty() || sp.draft_fn;
-    if (!wanted || structured) return nullptr;  // structured output decodes token by token
+    if (!wanted) return nullptr;
+    if (structured)  // refused before anything runs (run() asks first); never silently dropped
+      fail("speculative decoding (GenerationConfig::speculative) together with structured output is not implemented: "
+           "turn one of them off");
     if (cfg.spec_max_k <= 0)
       fail("speculative decoding needs verify blobs: make the pipeline with PipelineConfig::spec_max_k > 0 (--spec-k)");
     if (sp.max_k < 1) fail("speculative decoding: max_k must be at least 1 (got {})", sp.max_k);
@@ -260,6 +263,7 @@ struct LLMPipeline::Impl {
   GenerationResult run(std::vector<int32_t> incoming, const GenerationConfig& g, const Streamer& streamer) {
     const auto t_start = Clock::now();
     std::unique_ptr<genai::grammar::StructuredDecoder> so = structured_for(g);
+    if (so) speculator_for(g, true, 0);  // refuses speculation with a grammar before the state changes
     prefill_ms = decode_ms = 0;
     decoded = reprefills = forced_tokens = forced_prefill_tokens = 0;
     const npuw::RuntimeStats before = rt->stats();

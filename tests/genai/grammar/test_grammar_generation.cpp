@@ -134,6 +134,10 @@ TEST(GrammarGeneration, RefusedSchemasThrowBeforeGenerating) {
   EXPECT_NE(why.find("'not'"), std::string::npos) << why;
   EXPECT_NE(test::error_of([&] { pipe.generate("x", structured(StructuredOutput::Kind::Gbnf, "root ::= undefined\n")); }), "");
   EXPECT_NE(test::error_of([&] { pipe.generate("x", structured(StructuredOutput::Kind::Regex, "(a")); }), "");
+  // Speculation with a grammar is not implemented: refused by name, not dropped.
+  GenerationConfig spec = structured(StructuredOutput::Kind::Regex, "[a-z]+");
+  spec.speculative.mode = SpecMode::Lookup;
+  EXPECT_NE(test::error_of([&] { pipe.generate("x", spec); }).find("speculative decoding"), std::string::npos);
   genai::SchedulerConfig sc;
   sc.parallel = 2;
   genai::Scheduler sched(test::shared_path(kModel), pipeline_config(), sc);
