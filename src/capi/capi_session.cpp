@@ -49,10 +49,9 @@ GenerationConfig generation_config(const npullm_session& session, const npullm_s
 
 // The C arguments -> a StructuredOutput, compiled (through the grammar cache, so the generation's
 // own compile is free): a refused source throws GrammarError, which guard() makes INVALID_ARGUMENT.
-StructuredOutput structured_of(npullm_structured_kind kind, const char* source, const char* trigger) {
-  int k;
-  std::memcpy(&k, &kind, sizeof k);  // C lets any int through; refuse it before using it as the enum
-  static_assert(sizeof(npullm_structured_kind) == sizeof(int));
+// kind: the int a C caller passed (raw_kind), since C lets any int through and loading an
+// out-of-range value as the C++ enum type would be undefined before we could refuse it.
+StructuredOutput structured_of(int k, const char* source, const char* trigger) {
   StructuredOutput s;
   const bool has_source = source && *source, has_trigger = trigger && *trigger;
   switch (k) {
@@ -75,6 +74,13 @@ StructuredOutput structured_of(npullm_structured_kind kind, const char* source, 
   if (has_trigger) s.trigger = trigger;
   genai::grammar::compile(s);
   return s;
+}
+
+int raw_kind(const npullm_structured_kind& kind) {
+  static_assert(sizeof(npullm_structured_kind) == sizeof(int));
+  int k;
+  std::memcpy(&k, &kind, sizeof k);
+  return k;
 }
 
 Streamer streamer_of(npullm_token_callback cb, void* user_data) {
@@ -221,14 +227,16 @@ npullm_status npullm_generate_tokens(npullm_session* session, const int32_t* ids
 
 npullm_status npullm_session_set_structured(npullm_session* session, npullm_structured_kind kind, const char* source,
                                             const char* trigger) {
+  const int k = raw_kind(kind);  // before any typed load of it (the lambda reads captures by reference)
   return guard(NPULLM_ERR_INVALID_ARGUMENT, [&] {
     require(session != nullptr, "session must not be NULL");
-    session->structured = structured_of(kind, source, trigger);
+    session->structured = structured_of(k, source, trigger);
   });
 }
 
 npullm_status npullm_structured_check(npullm_structured_kind kind, const char* source, const char* trigger) {
-  return guard(NPULLM_ERR_INVALID_ARGUMENT, [&] { structured_of(kind, source, trigger); });
+  const int k = raw_kind(kind);
+  return guard(NPULLM_ERR_INVALID_ARGUMENT, [&] { structured_of(k, source, trigger); });
 }
 
 npullm_status npullm_chat_start(npullm_session* session, const char* system_message) {
