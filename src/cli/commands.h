@@ -42,6 +42,17 @@ struct RuntimeOptions {
   npuw::RuntimeConfig resolve() const;  // parses `variants` and `kv_type`, applies no_cache
 };
 
+// --trace FILE and --trace-events N (RuntimeOptions adds them to every command that builds a
+// runtime): main() starts the trace after parsing and writes FILE when the command ends, and
+// `serve` also on SIGUSR1 (common/trace.h).
+struct TraceOptions {
+  std::string file;
+  size_t events = 250'000;
+};
+TraceOptions& trace_options();
+// Writes the trace to --trace's file, if given, saying where on stderr (errors are reported, not thrown).
+void write_trace();
+
 // "f16" / "f32" / "q8_0", in any case, to the GGML type; an npullm::Error naming anything else.
 GgmlType parse_kv_type(const std::string& text);
 const char* kv_type_option(GgmlType t);  // back: "f16", "f32", "q8_0"

@@ -5,6 +5,7 @@
 
 #include "cli/commands.h"
 #include "common/error.h"
+#include "common/trace.h"
 
 int main(int argc, char** argv) {
   CLI::App app{"npullm: run GGUF language models through ahead-of-time compiled, static-shape blobs"};
@@ -27,6 +28,14 @@ int main(int argc, char** argv) {
   } catch (const CLI::ParseError& e) {
     return app.exit(e);
   }
+  if (!npullm::cli::trace_options().file.empty()) {
+    npullm::trace::start(npullm::cli::trace_options().events);
+    npullm::trace::name_thread("main");
+  }
+  // The trace is written however the command ends (an error's trace shows where it stopped).
+  struct TraceAtExit {
+    ~TraceAtExit() { npullm::cli::write_trace(); }
+  } trace_at_exit;
   try {
     for (auto& a : actions)
       if (int rc = a(); rc >= 0) return rc;  // -1: that subcommand was not chosen

@@ -1,9 +1,12 @@
+#include <fmt/format.h>
+
 #include <cctype>
 #include <sstream>
 
 #include "cli/commands.h"
-#include "npuw/cache_admin.h"
 #include "common/error.h"
+#include "common/trace.h"
+#include "npuw/cache_admin.h"
 
 namespace npullm::cli {
 
@@ -51,9 +54,33 @@ void RuntimeOptions::add_to(CLI::App* cmd) {
   cmd->add_flag("--no-repack", no_repack,
                 "keep every weight as the GGUF file stores it (default: int8 matmul weights are repacked into the "
                 "layout the CPU reads fastest, once, and kept beside the blob cache)");
+  cmd->add_option("--trace", trace_options().file,
+                  "write an execution trace (Chrome trace-event JSON, for ui.perfetto.dev) to FILE when the command ends "
+                  "(serve: also on SIGUSR1): blob runs, stages per thread, barrier waits, scheduler steps, requests");
+  cmd->add_option("--trace-events", trace_options().events, "spans the trace keeps, the newest (about 800 per token of a 22-layer model)")
+      ->capture_default_str()
+      ->check(CLI::Range(size_t{1}, size_t{100'000'000}));
   cmd->add_flag("--no-huge-pages", no_huge_pages,
                 "map weights from the model and packed files (shared page cache, lower RSS) instead of copying them "
                 "into memory on 2 MiB transparent huge pages, which decodes faster");
+}
+
+TraceOptions& trace_options() {
+  static TraceOptions o;
+  return o;
+}
+
+void write_trace() {
+  const std::string& file = trace_options().file;
+  if (file.empty()) return;
+  try {
+    const size_t n = trace::write(file);
+    const uint64_t all = trace::recorded();
+    fmt::print(stderr, "npullm: trace: {} spans written to {}{} (open it in ui.perfetto.dev)\n", n, file,
+               all > n ? fmt::format(", the newest of {} (--trace-events)", all) : "");
+  } catch (const Error& e) {
+    fmt::print(stderr, "npullm: warning: {}\n", e.what());
+  }
 }
 
 GgmlType parse_kv_type(const std::string& text) {

@@ -6,6 +6,7 @@
 #include <utility>
 
 #include "common/error.h"
+#include "common/trace.h"
 
 namespace npullm::driver {
 
@@ -191,7 +192,18 @@ void Queue::run(const CommandList& cl, bool polling) {
   f.check();
 }
 
+namespace {
+// A blob's name in the trace: its label, less the folder and the "-<config hash>.blob" of a cached
+// blob's path (npuw's BlobCache::path_for), e.g. "generate_b1_c256".
+std::string blob_name(const std::string& label) {
+  std::string name = label.substr(label.find_last_of('/') + 1);
+  if (name.size() > 22 && name.ends_with(".blob") && name[name.size() - 22] == '-') name.resize(name.size() - 22);
+  return name;
+}
+}  // namespace
+
 void Queue::loop() {
+  if (trace::on()) trace::name_thread("driver queue (device caller)");
   for (;;) {
     std::pair<const CommandList*, Fence*> job;
     {
@@ -202,11 +214,13 @@ void Queue::loop() {
       pending_.pop_front();
     }
     std::exception_ptr err;
+    const int64_t t0 = trace::on() ? trace::now_ns() : -1;
     try {
       dev_.execute(job.first->program());
     } catch (...) {
       err = std::current_exception();
     }
+    if (t0 >= 0) trace::span("driver", "blob " + blob_name(job.first->executable().label()), t0, trace::now_ns());
     job.second->signal(err);
   }
 }

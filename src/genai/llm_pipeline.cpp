@@ -15,6 +15,7 @@
 #include <fmt/ranges.h>
 
 #include "common/error.h"
+#include "common/trace.h"
 #include "genai/chat/harmony_parser.h"
 #include "genai/chat_format.h"
 #include "genai/configs.h"
@@ -117,7 +118,11 @@ struct LLMPipeline::Impl {
 
   void prefill(const std::vector<int32_t>& ids, std::span<const float>& logits) {
     const auto t0 = Clock::now();
-    logits = rt->prefill(ids);
+    {
+      trace::Scope span("genai", "prefill");
+      if (span.active()) span.set_args(fmt::format(R"({{"tokens":{}}})", ids.size()));
+      logits = rt->prefill(ids);
+    }
     prefill_ms += ms_between(t0, Clock::now());
     kv_ids.insert(kv_ids.end(), ids.begin(), ids.end());
   }
@@ -326,6 +331,7 @@ struct LLMPipeline::Impl {
         accepted = v.accepted;
         if (accepted) ++taken;
       } else {
+        trace::Scope span("genai", "sample");
         id = so ? so->sample(sampler, logits) : sampler.sample(logits);
       }
       if (i == 0) res.metrics.ttft_ms = ms_between(t_start, Clock::now());

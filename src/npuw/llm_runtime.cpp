@@ -8,6 +8,7 @@
 #include <map>
 
 #include "common/error.h"
+#include "common/trace.h"
 #include "compiler/compiler.h"
 #include "device/cpu/cpu_device.h"
 #include "formats/ggml_types.h"
@@ -462,7 +463,13 @@ std::span<const float> LlmRuntime::prefill_slot(int64_t slot, std::span<const in
       fill_row(s, i, slot, real ? ids[off + static_cast<size_t>(i)] : 0, pos + i, real);
     }
     if (s.last_row_logits) s.logit_rows[0] = static_cast<int32_t>(n) - 1;  // the last real token
-    queue_->run(*s.cl);
+    {
+      trace::Scope span("npuw", "prefill chunk");
+      if (span.active())
+        span.set_args(fmt::format(R"({{"slot":{},"tokens":{},"position":{},"blob":"{}","rows":{},"capacity":{}}})", slot, n, pos,
+                                  s.name, s.seq, s.capacity));
+      queue_->run(*s.cl);
+    }
     pos += static_cast<int64_t>(n);
     stats_.prefill_chunks++;
     stats_.prefill_tokens += static_cast<int64_t>(n);
@@ -529,7 +536,10 @@ void LlmRuntime::shift(int64_t n_keep, int64_t n_discard, int64_t slot) {
   Program& s = *rerotate_;
   std::fill(s.positions.begin(), s.positions.end(), 0);
   std::fill(s.positions.begin() + first + n_keep, s.positions.begin() + first + n_keep + moved, static_cast<int32_t>(-n_discard));
-  queue_->run(*s.cl);  // positions_swa: set by shift_rings
+  {
+    trace::Scope span("npuw", "context shift");
+    queue_->run(*s.cl);  // positions_swa: set by shift_rings
+  }
   pos -= n_discard;
   stats_.context_shifts++;
 }
@@ -687,7 +697,15 @@ std::span<const float> LlmRuntime::decode_batch(std::span<const SlotToken> token
       fill_row(p, i, 0, 0, 0, false);  // padding: writes nowhere, attends nothing
     }
   }
-  queue_->run(*p.cl);
+  {
+    trace::Scope span("npuw", "decode");
+    if (span.active()) {
+      std::string slots;
+      for (const SlotToken& t : tokens) slots += fmt::format("{}{}", slots.empty() ? "" : ",", t.slot);
+      span.set_args(fmt::format(R"({{"slots":[{}],"blob":"{}","rows":{},"capacity":{}}})", slots, p.name, p.seq, p.capacity));
+    }
+    queue_->run(*p.cl);
+  }
   for (const SlotToken& t : tokens) pos_[static_cast<size_t>(t.slot)]++;
   stats_.decode_tokens += n;
   stats_.variants_used.insert(p.capacity);
@@ -740,7 +758,11 @@ std::span<const float> LlmRuntime::verify_batch(std::span<const SlotRun> runs) {
   for (const SlotRun& r : runs)
     for (size_t k = 0; k < r.ids.size(); ++k, ++i) fill_row(p, i, r.slot, r.ids[k], position(r.slot) + static_cast<int64_t>(k), true);
   for (; i < p.seq; ++i) fill_row(p, i, 0, 0, 0, false);
-  queue_->run(*p.cl);
+  {
+    trace::Scope span("npuw", "verify");
+    if (span.active()) span.set_args(fmt::format(R"({{"tokens":{},"blob":"{}","rows":{},"capacity":{}}})", total, p.name, p.seq, p.capacity));
+    queue_->run(*p.cl);
+  }
   for (const SlotRun& r : runs) pos_[static_cast<size_t>(r.slot)] += static_cast<int64_t>(r.ids.size());
   stats_.verify_steps++;
   stats_.verify_rows += total;

@@ -11,6 +11,7 @@
 #include <fmt/format.h>
 
 #include "common/error.h"
+#include "common/trace.h"
 #include "device/cpu/kernels.h"
 #include "device/cpu/moe.h"
 #include "device/cpu/worker_pool.h"
@@ -356,7 +357,7 @@ class CpuDevice final : public device::Device {
     for (size_t stage = 0; stage < prog.n_barriers; ++stage) {
       size_t last = first;
       while (last < prog.n_tasks && prog.tasks[last].stage == stage) ++last;
-      run_stage(prog.tasks + first, last - first);
+      run_stage(prog.tasks + first, last - first, stage);
       first = last;
     }
   }
@@ -512,11 +513,20 @@ class CpuDevice final : public device::Device {
   }
 
   // Cuts each task of the stage into chunks, numbers all chunks 0..n-1, and lets the pool take them.
-  void run_stage(const TaskDesc* tasks, size_t n) {
+  void run_stage(const TaskDesc* tasks, size_t n, size_t stage) {
     const auto t0 = std::chrono::steady_clock::now();
+    const bool tracing = trace::on();
+    const int64_t trace_t0 = tracing ? trace::now_ns() : 0;
     ++epoch_;
     apply_prologues(tasks, n);
     prequantize(tasks, n);
+    const int64_t trace_prepared = tracing ? trace::now_ns() : 0;
+    if (tracing) {
+      trace_first_.assign(static_cast<size_t>(pool_.threads()), -1);
+      trace_last_.assign(trace_first_.size(), 0);
+      trace_chunks_.assign(trace_first_.size(), 0);
+      trace_tid_.assign(trace_first_.size(), 0);
+    }
     int64_t work = 0;
     for (size_t i = 0; i < n; ++i) work += work_of(tasks[i]);
     // A stage the caller runs alone takes each task in one piece: cutting it would only repeat
@@ -545,8 +555,19 @@ class CpuDevice final : public device::Device {
         if (!x && has_prologue(tasks[i])) x = own_prologue(tasks[i], static_cast<size_t>(worker));
         xq = own_quantized(tasks[i], x, static_cast<size_t>(worker));
       }
+      const int64_t c0 = tracing ? trace::now_ns() : 0;
       run_chunk(tasks[i], b, e, work_[static_cast<size_t>(worker)].data(), x, xq);
+      if (tracing) {  // (each worker writes its own entries only)
+        const size_t w = static_cast<size_t>(worker);
+        if (trace_first_[w] < 0) {
+          trace_first_[w] = c0;
+          trace_tid_[w] = trace::thread_id();
+        }
+        trace_last_[w] = trace::now_ns();
+        trace_chunks_[w]++;
+      }
     }, parallel);
+    const int64_t trace_ran = tracing ? trace::now_ns() : 0;
     count_experts(tasks, n);
     if (tap_)
       for (size_t i = 0; i < n; ++i)
@@ -555,7 +576,32 @@ class CpuDevice final : public device::Device {
     counters_.parallel_stages += parallel;
     const int64_t ns = std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::steady_clock::now() - t0).count();
     if (n > 0 && tasks[0].op < Counters::kOps) counters_.stage_ns[tasks[0].op] += ns;
-    if (n > 0 && tasks[0].op == static_cast<uint32_t>(OpCode::MatMul)) count_matmul_kind(tasks, n, ns);
+    std::string kind;
+    if (n > 0 && tasks[0].op == static_cast<uint32_t>(OpCode::MatMul)) count_matmul_kind(tasks, n, ns, tracing ? &kind : nullptr);
+    if (tracing && n > 0) trace_stage(tasks, n, stage, parallel, kind, trace_t0, trace_prepared, trace_ran);
+  }
+
+  // The trace of one stage (common/trace.h): the stage on this thread, from its start to its end;
+  // inside it the preparation of its activations (prologues, quantisation) where there was any;
+  // and on each thread that ran chunks, the chunks (first start to last end) and the wait from its
+  // last chunk to the stage's end (the barrier).
+  void trace_stage(const TaskDesc* tasks, size_t n, size_t stage, bool parallel, const std::string& kind, int64_t t0,
+                   int64_t prepared, int64_t ran) {
+    const int64_t end = trace::now_ns();
+    std::string args = fmt::format(R"({{"stage":{},"tasks":{},"parallel":{})", stage, n, parallel);
+    if (tasks[0].op == static_cast<uint32_t>(OpCode::MoeMatMul))
+      args += fmt::format(R"(,"rows":{},"experts":{})", tasks[0].dim[0], tasks[0].dim[4]);
+    else if (!kind.empty())
+      args += fmt::format(R"(,"rows":{},"reads":"{}")", tasks[0].dim[0], kind);
+    args += "}";
+    trace::span("device", blob::op_name(tasks[0].op), t0, end, std::move(args));
+    if (prepared - t0 > 1000) trace::span("device", "prepare", t0, prepared);
+    for (size_t w = 0; w < trace_first_.size(); ++w) {
+      if (trace_first_[w] < 0) continue;
+      trace::span_on(trace_tid_[w], "device", "chunks", trace_first_[w], trace_last_[w],
+                     fmt::format(R"({{"chunks":{}}})", trace_chunks_[w]));
+      trace::span_on(trace_tid_[w], "device", "barrier wait", trace_last_[w], std::max(trace_last_[w], ran));
+    }
   }
 
   // The expert slabs the stage's MoeMatMul tasks read: one per expert that has rows in the table.
@@ -575,7 +621,7 @@ class CpuDevice final : public device::Device {
   // stage of a program, by the stage's first task (a program's tasks stay put while it is loaded;
   // the task's type and shape are compared too, so a later program at the same address is told
   // apart): a lookup a stage, not a label.
-  void count_matmul_kind(const TaskDesc* tasks, size_t n, int64_t ns) {
+  void count_matmul_kind(const TaskDesc* tasks, size_t n, int64_t ns, std::string* label_out) {
     const TaskDesc& t = tasks[0];
     std::lock_guard lock(kinds_mu_);
     auto it = kind_of_.find(tasks);
@@ -604,6 +650,7 @@ class CpuDevice final : public device::Device {
     Counters::MatMulKind& kind = counters_.matmul_kinds[static_cast<size_t>(it->second.kind)];
     kind.runs += 1;
     kind.ns += ns;
+    if (label_out) *label_out = kind.label;
   }
 
   // One activation quantisation of a stage and the tasks that use it.
@@ -657,6 +704,9 @@ class CpuDevice final : public device::Device {
   std::vector<const void*> xq_;
   AlignedBytes xq_buf_;
   std::vector<int64_t> chunk_start_, chunk_count_;
+  // A traced stage's chunks per worker: first start, last end (now_ns), count, and trace thread id.
+  std::vector<int64_t> trace_first_, trace_last_, trace_chunks_;
+  std::vector<uint32_t> trace_tid_;
 };
 
 }  // namespace

@@ -3,6 +3,9 @@
 #include <immintrin.h>
 
 #include <cmath>
+#include <string>
+
+#include "common/trace.h"
 
 namespace npullm::cpu {
 
@@ -52,6 +55,7 @@ out:
 }
 
 void WorkerPool::worker_main(int worker) {
+  if (trace::on()) trace::name_thread("cpu worker " + std::to_string(worker));
   uint32_t seen = 0;
   for (;;) {
     uint32_t j = job_.load(std::memory_order_acquire);

@@ -5,6 +5,7 @@
 #include <fmt/format.h>
 #include <fmt/ranges.h>
 
+#include "common/trace.h"
 #include "genai/chat/harmony_parser.h"
 #include "genai/chat_format.h"
 #include "genai/configs.h"
@@ -48,7 +49,7 @@ void Histogram::add(double v) {
 struct Scheduler::Active {
   uint64_t id = 0;
   ServeRequest r;
-  Clock::time_point submitted, first_token, last_token;
+  Clock::time_point submitted, admitted, first_token, last_token;
   size_t prefilled = 0;              // prompt tokens whose rows are in the slot (cached + prefilled)
   std::unique_ptr<Sampler> sampler;
   std::unique_ptr<grammar::StructuredDecoder> structured;  // null: free text
@@ -237,7 +238,8 @@ bool Scheduler::admit() {
     a->res.cached_tokens = static_cast<int64_t>(keep);
     a->res.prompt_tokens = static_cast<int64_t>(prompt.size());
     a->res.slot = best->id;
-    a->res.queue_ms = ms_between(a->submitted, Clock::now());
+    a->admitted = Clock::now();
+    a->res.queue_ms = ms_between(a->submitted, a->admitted);
     const GenerationConfig& g = a->r.gen;
     a->sampler = std::make_unique<Sampler>(sampler_config(g));
     // The penalties look at the prompt too, as LLMPipeline's do.
@@ -265,6 +267,7 @@ bool Scheduler::admit() {
 }
 
 void Scheduler::loop() {
+  if (trace::on()) trace::name_thread("scheduler");
   for (;;) {
     std::vector<std::unique_ptr<Active>> dropped;  // cancelled while waiting
     bool stop_now = false;
@@ -342,6 +345,9 @@ void Scheduler::prefill_step() {
     if (s->req && !s->req->decoding && (!pick || s->req->id < pick->req->id)) pick = s.get();
   if (!pick) return;
   Active& a = *pick->req;
+  trace::Scope span("genai", a.jump.empty() ? "prefill step" : "jump-forward step");
+  if (span.active())
+    span.set_args(fmt::format(R"({{"request":{},"slot":{},"prefilled":{},"prompt":{}}})", a.id, pick->id, a.prefilled, a.r.prompt_ids.size()));
   if (!a.jump.empty()) {  // a reply's forced stretch, run like a prompt chunk
     std::span<const float> logits;
     try {
@@ -393,6 +399,12 @@ void Scheduler::decode_step() {
     decoding_before_ = false;
     return;
   }
+  trace::Scope span("genai", "decode step");
+  if (span.active()) {
+    std::string slots;
+    for (const npuw::SlotToken& t : batch) slots += fmt::format("{}{}", slots.empty() ? "" : ",", t.slot);
+    span.set_args(fmt::format(R"({{"slots":[{}]}})", slots));
+  }
   if (decoding_before_) work_.longest_decode_stall_ms = std::max(work_.longest_decode_stall_ms, ms_between(last_decode_end_, start));
   std::span<const float> logits;
   try {
@@ -426,6 +438,7 @@ void Scheduler::take_token(Slot& s, std::span<const float> logits) {
   if (a.structured && a.structured->must_end()) return finish(s, FinishReason::Eos);  // nothing may follow
   int32_t id;
   try {
+    trace::Scope span("genai", "sample");
     id = a.structured ? a.structured->sample(*a.sampler, logits) : a.sampler->sample(logits);
   } catch (const Error& e) {
     return finish(s, FinishReason::Length, e.what());
@@ -507,6 +520,7 @@ void Scheduler::finish(Slot& s, FinishReason why, const std::string& error) {
   } else {
     work_.requests_done++;
   }
+  if (trace::on()) trace_request(a, s.last_used);
   std::unique_ptr<Active> done = std::move(s.req);
   {
     // Whoever learns of the end from on_done sees it in status() too.
@@ -514,6 +528,19 @@ void Scheduler::finish(Slot& s, FinishReason why, const std::string& error) {
     publish();
   }
   if (done->r.on_done) done->r.on_done(done->res);
+}
+
+// A finished request's spans on its own track of the trace: waiting for a slot, prefilling (to
+// its first token) and decoding (to its end).
+void Scheduler::trace_request(const Active& a, Clock::time_point end) {
+  const auto ns = [](Clock::time_point t) { return std::chrono::duration_cast<std::chrono::nanoseconds>(t.time_since_epoch()).count(); };
+  const Clock::time_point first = a.first_token == Clock::time_point{} ? end : a.first_token;
+  trace::request_span(a.id, "queue", ns(a.submitted), ns(a.admitted), fmt::format(R"({{"slot":{}}})", a.res.slot));
+  trace::request_span(a.id, "prefill", ns(a.admitted), ns(first),
+                      fmt::format(R"({{"prompt_tokens":{},"cached_tokens":{}}})", a.res.prompt_tokens, a.res.cached_tokens));
+  trace::request_span(a.id, "decode", ns(first), ns(end),
+                      fmt::format(R"({{"tokens":{},"forced_tokens":{},"finish":"{}"}})", a.res.ids.size(), a.res.forced_tokens,
+                                  finish_reason_name(a.res.finish)));
 }
 
 void Scheduler::publish() {

@@ -193,6 +193,7 @@ class Scheduler {
   void take_token(Slot& s, std::span<const float> logits);
   void finish(Slot& s, FinishReason why, const std::string& error = "");
   void publish();                    // refreshes status_ from the slots (under mu_)
+  void trace_request(const Active& a, std::chrono::steady_clock::time_point end);  // common/trace.h
   // The vocabulary's byte trie for grammar masks, built by the first structured request.
   std::shared_ptr<const grammar::TokenTrie> token_trie();
 
