@@ -1,6 +1,8 @@
 #include "genai/grammar/structured.h"
 
 #include <algorithm>
+#include <functional>
+#include <mutex>
 
 #include "genai/grammar/compile.h"
 #include "genai/grammar/token_classes.h"
@@ -9,8 +11,36 @@ namespace npullm::genai::grammar {
 
 std::shared_ptr<const TokenTrie> make_token_trie(const Tokenizer& tok) {
   std::vector<std::string> pieces(static_cast<size_t>(tok.n_vocab()));
-  for (int32_t id = 0; id < tok.n_vocab(); ++id) pieces[static_cast<size_t>(id)] = tok.token_to_piece(id);
-  return std::make_shared<const TokenTrie>(std::move(pieces));
+  size_t key = pieces.size();
+  for (int32_t id = 0; id < tok.n_vocab(); ++id) {
+    pieces[static_cast<size_t>(id)] = tok.token_to_piece(id);
+    key = key * 1000003u ^ std::hash<std::string>{}(pieces[static_cast<size_t>(id)]);
+  }
+  // One trie per vocabulary in the process, not per tokenizer: the token classes are cached by
+  // (grammar, trie), so every pipeline, scheduler and C API session of a model shares them, and a
+  // schema's classes are built once rather than once per holder (each build is ~1 s of a core
+  // with a 152k vocabulary, on a thread of its own beside decode). Held weakly: the classes' cache
+  // keeps a trie alive while it is used.
+  struct Entry {
+    size_t key;
+    std::weak_ptr<const TokenTrie> trie;
+  };
+  static std::mutex mu;
+  static std::vector<Entry> cache;
+  const auto same = [&](const TokenTrie& t) {
+    if (t.n_vocab() != pieces.size()) return false;
+    for (size_t i = 0; i < pieces.size(); ++i)
+      if (t.piece(static_cast<int32_t>(i)) != pieces[i]) return false;
+    return true;
+  };
+  std::lock_guard<std::mutex> lock(mu);
+  std::erase_if(cache, [](const Entry& e) { return e.trie.expired(); });
+  for (const Entry& e : cache)
+    if (e.key == key)
+      if (std::shared_ptr<const TokenTrie> t = e.trie.lock(); t && same(*t)) return t;
+  auto trie = std::make_shared<const TokenTrie>(std::move(pieces));
+  cache.push_back({key, trie});
+  return trie;
 }
 
 std::unique_ptr<StructuredDecoder> StructuredDecoder::make(const StructuredOutput& s, std::shared_ptr<const TokenTrie> trie,
@@ -42,29 +72,23 @@ std::vector<int32_t> StructuredDecoder::forced_tokens(const Tokenizer& tok) {
 }
 
 int32_t StructuredDecoder::sample(Sampler& sampler, std::span<const float> logits) {
-  const int32_t first = sampler.sample(logits);
-  if (m_.allowed(first)) return first;
-  ++rejections_;
   const SamplerConfig& c = sampler.config();
   const bool plain_greedy = c.temperature <= 0.0f && (c.penalty_last_n == 0 || (c.repetition_penalty == 1.0f &&
                                                       c.presence_penalty == 0.0f && c.frequency_penalty == 0.0f));
   if (plain_greedy) {
-    // The masked argmax is the first allowed token in (logit descending, id ascending) order: try
-    // the next few best before building the whole mask.
+    // The masked argmax is the first allowed token in (logit descending, id ascending) order: one
+    // scan finds the argmax (the sampler's choice) with its next few runners-up, tried before the
+    // whole mask is built.
     constexpr size_t kTry = 8;
-    std::vector<std::pair<float, int32_t>>& top = top_;
-    top.clear();
-    auto better = [](const std::pair<float, int32_t>& a, const std::pair<float, int32_t>& b) {
-      return a.first > b.first || (a.first == b.first && a.second < b.second);
-    };
-    for (size_t i = 0; i < logits.size(); ++i) {
-      const std::pair<float, int32_t> x{logits[i], static_cast<int32_t>(i)};
-      if (top.size() == kTry && !better(x, top.back())) continue;
-      top.insert(std::upper_bound(top.begin(), top.end(), x, better), x);
-      if (top.size() > kTry) top.pop_back();
+    top_logits(logits, kTry, top_);
+    for (size_t i = 0; i < top_.size(); ++i) {
+      if (m_.allowed(top_[i].second)) return top_[i].second;
+      if (i == 0) ++rejections_;
     }
-    for (const auto& [logit, id] : top)
-      if (m_.allowed(id)) return id;
+  } else {
+    const int32_t first = sampler.sample(logits);
+    if (m_.allowed(first)) return first;
+    ++rejections_;
   }
   const std::span<const uint64_t> mask = m_.mask();
   bool any = false;

@@ -26,7 +26,8 @@
 
 namespace npullm::genai::grammar {
 
-// The vocabulary's byte trie (built once per tokenizer; callers keep it).
+// The vocabulary's byte trie: one per vocabulary in the process, shared by every caller that asks
+// while one is held (callers keep it).
 std::shared_ptr<const TokenTrie> make_token_trie(const Tokenizer& tok);
 
 class StructuredDecoder {

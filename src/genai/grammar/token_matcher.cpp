@@ -171,12 +171,21 @@ void TokenMatcher::assemble(int32_t state, std::vector<uint64_t>& bits) {
     }
   }
   // A context's uncertain tokens come in the trie's order (sorted by bytes), so each check starts
-  // from the state after the bytes it shares with the previous token.
+  // from the state after the bytes it shares with the previous token. A check is against the whole
+  // state, so it settles the token for every head: one already allowed (by a head's accepted
+  // class or an earlier check), or refused by an earlier check, is not walked again (the heads of
+  // one state often share most of their uncertain tokens: the same string rule at several places).
   std::vector<int32_t>& at = walk_states_;
+  std::vector<uint64_t>& seen = checked_;
+  seen.assign(bits.size(), 0);
   for (const TokenClasses::Context* c : ctx) {
     std::string_view prev;
     at.assign(1, state);  // at[k]: the state after the first k bytes of prev (-1: refused)
     for (int32_t id : c->uncertain) {
+      const size_t w = static_cast<size_t>(id) / 64;
+      const uint64_t bit = uint64_t{1} << (id % 64);
+      if ((bits[w] | seen[w]) & bit) continue;
+      seen[w] |= bit;
       const std::string& p = trie_->piece(id);
       size_t k = 0;
       while (k < prev.size() && k < p.size() && k + 1 < at.size() && prev[k] == p[k]) ++k;

@@ -90,6 +90,7 @@ class TokenMatcher {
 
   std::shared_ptr<TokenClasses> classes_;
   std::vector<int32_t> chain_, walk_states_;  // scratch
+  std::vector<uint64_t> checked_;              // scratch: the uncertain tokens a mask has checked
   Matcher m_;
   std::shared_ptr<const TokenTrie> trie_;
   std::vector<int32_t> end_ids_;

@@ -2,6 +2,8 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstring>
+#include <functional>
 #include <limits>
 
 #include "common/error.h"
@@ -19,16 +21,92 @@ bool higher_logit(const Candidate& a, const Candidate& b) {
 // Written so that NaN fails every range check.
 bool in_range(float x, float lo, float hi) { return x >= lo && x <= hi; }
 
+// Large vocabularies are scanned in two passes: first each block's maximum, a stream of vector
+// instructions (GCC's vector extension: SSE on any x86-64, wider where the build allows) with one
+// horizontal step per block; then only the blocks that can hold the answer, value by value. With
+// a 152k vocabulary the argmax and its runners-up take a few tens of microseconds instead of
+// ~200 (comparing every value in turn), on every step of greedy and constrained decoding.
+constexpr size_t kBlock = 256;
+using Vec4 = float __attribute__((vector_size(16)));  // (wider generic vectors lower badly without AVX)
+
+// The largest value of each whole block of kBlock (NaN ignored: -inf for a block of NaN alone).
+void block_maxima(std::span<const float> logits, std::vector<float>& out) {
+  const size_t nb = logits.size() / kBlock;
+  out.resize(nb);
+  const float* p = logits.data();
+  constexpr float kLow = -std::numeric_limits<float>::infinity();
+  for (size_t b = 0; b < nb; ++b, p += kBlock) {
+    Vec4 m[4] = {{kLow, kLow, kLow, kLow}, {kLow, kLow, kLow, kLow}, {kLow, kLow, kLow, kLow}, {kLow, kLow, kLow, kLow}};
+    for (size_t i = 0; i < kBlock; i += 16)
+      for (int j = 0; j < 4; ++j) {
+        Vec4 v;
+        std::memcpy(&v, p + i + 4 * j, sizeof v);
+        m[j] = v > m[j] ? v : m[j];  // (a NaN in v compares false: m stays)
+      }
+    const Vec4 a = m[0] > m[1] ? m[0] : m[1], c = m[2] > m[3] ? m[2] : m[3], d = a > c ? a : c;
+    float x = d[0];
+    for (int l = 1; l < 4; ++l) x = d[l] > x ? d[l] : x;
+    out[b] = x;
+  }
+}
+
+thread_local std::vector<float> t_maxima;
+
 }  // namespace
 
 int32_t argmax(std::span<const float> logits) {
   // The best value lives in a register: re-reading logits[best] every step chains each
   // comparison to the previous one through a load, about 6x slower on a large vocabulary.
-  size_t best = 0;
-  float best_v = logits.empty() ? 0.0f : logits[0];
-  for (size_t i = 1; i < logits.size(); ++i)
-    if (logits[i] > best_v) best_v = logits[best = i];
-  return static_cast<int32_t>(best);
+  const auto scan = [&](size_t from, size_t to, size_t best) {
+    float best_v = logits[best];
+    for (size_t i = from; i < to; ++i)
+      if (logits[i] > best_v) best_v = logits[best = i];
+    return best;
+  };
+  if (logits.empty()) return 0;
+  // A NaN first value wins the scan below (nothing compares greater): keep that rule.
+  if (logits.size() < 4 * kBlock || logits[0] != logits[0]) return static_cast<int32_t>(scan(1, logits.size(), 0));
+  // Otherwise the answer is the first place of the largest value: in the first block whose
+  // maximum it is, or in the tail.
+  std::vector<float>& bm = t_maxima;
+  block_maxima(logits, bm);
+  size_t best_b = 0;
+  for (size_t b = 1; b < bm.size(); ++b)
+    if (bm[b] > bm[best_b]) best_b = b;
+  const float top = bm[best_b];
+  if (top == -std::numeric_limits<float>::infinity()) return static_cast<int32_t>(scan(1, logits.size(), 0));
+  size_t at = best_b * kBlock;
+  while (logits[at] != top) ++at;  // (the block holds it)
+  return static_cast<int32_t>(scan(bm.size() * kBlock, logits.size(), at));
+}
+
+void top_logits(std::span<const float> logits, size_t k, std::vector<std::pair<float, int32_t>>& out) {
+  out.clear();
+  if (k == 0) return;
+  const auto better = [](const std::pair<float, int32_t>& a, const std::pair<float, int32_t>& b) {
+    return a.first > b.first || (a.first == b.first && a.second < b.second);
+  };
+  const auto consider = [&](size_t from, size_t to) {
+    for (size_t i = from; i < to; ++i) {
+      const std::pair<float, int32_t> x{logits[i], static_cast<int32_t>(i)};
+      if (x.first != x.first || (out.size() == k && !better(x, out.back()))) continue;
+      out.insert(std::upper_bound(out.begin(), out.end(), x, better), x);
+      if (out.size() > k) out.pop_back();
+    }
+  };
+  std::vector<float>& bm = t_maxima;
+  block_maxima(logits, bm);
+  // The k blocks with the largest maxima each hold a value >= the k-th largest maximum, so the k
+  // best values are all >= it: only blocks whose maximum reaches it can hold one.
+  float floor = -std::numeric_limits<float>::infinity();
+  if (bm.size() > k) {
+    std::vector<float> tops(bm.begin(), bm.end());
+    std::nth_element(tops.begin(), tops.begin() + static_cast<long>(k - 1), tops.end(), std::greater<float>());
+    floor = tops[k - 1];
+  }
+  for (size_t b = 0; b < bm.size(); ++b)
+    if (bm[b] >= floor) consider(b * kBlock, (b + 1) * kBlock);
+  consider(bm.size() * kBlock, logits.size());
 }
 
 Sampler::Sampler(SamplerConfig cfg) : cfg_(cfg), rng_(cfg.seed) {

@@ -148,5 +148,8 @@ class Sampler {
 };
 
 int32_t argmax(std::span<const float> logits);  // ties: the lowest id
+// The k best (logit, id) pairs, best first, in (logit descending, id ascending) order: the argmax
+// and its runners-up, for constrained decoding's "the next best allowed token" (out is replaced).
+void top_logits(std::span<const float> logits, size_t k, std::vector<std::pair<float, int32_t>>& out);
 
 }  // namespace npullm::genai

@@ -8,6 +8,7 @@
 #include <cmath>
 #include <cstring>
 #include <limits>
+#include <random>
 #include <string>
 #include <thread>
 #include <vector>
@@ -98,6 +99,38 @@ const std::vector<double> kFiveP = {0.05, 0.4, 0.1, 0.3, 0.15};
 
 // ---------------------------------------------------------------------------------------------
 // greedy
+
+// argmax and top_logits look only at the blocks of 256 whose vector maximum can hold the answer:
+// against a plain scan, on vocabularies with ties (values from a small set), a tail shorter than a
+// block, NaN inside a block, at a block's start and first of all, and the maximum in the middle and
+// last places.
+TEST(Sampler, BlockedArgmaxAndTopLogitsEqualAPlainScan) {
+  std::mt19937 rng(5);
+  for (size_t n : {1u, 63u, 64u, 65u, 1000u, 1024u, 1300u, 151936u}) {
+    for (int variant = 0; variant < 6; ++variant) {
+      std::vector<float> l(n);
+      std::uniform_int_distribution<int> small(-20, 20);
+      for (float& x : l) x = static_cast<float>(small(rng)) * 0.25f;  // many ties
+      if (variant == 1) l[n - 1] = 100.0f;
+      if (variant == 2) l[n / 2] = 100.0f, l[n - 1] = 100.0f;  // a tie at the top: the lower id
+      if (variant == 3 && n > 70) l[70] = std::numeric_limits<float>::quiet_NaN();
+      if (variant == 4 && n > 1100) l[256] = l[1024] = std::numeric_limits<float>::quiet_NaN(), l[1025] = 100.0f;
+      if (variant == 5) l[0] = std::numeric_limits<float>::quiet_NaN();
+      size_t best = 0;
+      for (size_t i = 1; i < n; ++i)
+        if (l[i] > l[best]) best = i;
+      EXPECT_EQ(argmax(l), static_cast<int32_t>(best)) << n << " " << variant;
+      std::vector<std::pair<float, int32_t>> want;
+      for (size_t i = 0; i < n; ++i)
+        if (l[i] == l[i]) want.emplace_back(l[i], static_cast<int32_t>(i));
+      std::sort(want.begin(), want.end(), [](const auto& a, const auto& b) { return a.first > b.first || (a.first == b.first && a.second < b.second); });
+      want.resize(std::min<size_t>(want.size(), 8));
+      std::vector<std::pair<float, int32_t>> got;
+      top_logits(l, 8, got);
+      EXPECT_EQ(got, want) << n << " " << variant;
+    }
+  }
+}
 
 TEST(Sampler, GreedyIsArgmaxWithTiesToTheLowestId) {
   const std::vector<float> l = {0.5f, 2.0f, -1.0f, 2.0f, 1.0f};
