@@ -15,6 +15,18 @@ Matcher::Matcher(std::shared_ptr<const Grammar> g) : g_(std::move(g)) {
 
 Matcher::Matcher(std::shared_ptr<const Grammar> g, Detached) : g_(std::move(g)) {}
 
+Matcher::Matcher(const Matcher& o)
+    : g_(o.g_), nodes_(o.nodes_), node_ids_(o.node_ids_), seen_(o.seen_), stamp_(o.stamp_), heads_(o.heads_),
+      states_(o.states_), state_ids_(o.state_ids_), state_(o.state_) {
+  next_.reserve(o.next_.size());
+  for (const auto& row : o.next_) next_.push_back(row ? std::make_unique<std::array<int32_t, 256>>(*row) : nullptr);
+}
+
+Matcher& Matcher::operator=(const Matcher& o) {
+  if (this != &o) *this = Matcher(o);
+  return *this;
+}
+
 int32_t Matcher::context_state(std::span<const int32_t> chain) {
   ++stamp_;
   out_.clear();

@@ -36,6 +36,14 @@ class Matcher {
   // context_state() makes them. Its "complete" means "the stack given has run out".
   struct Detached {};
   Matcher(std::shared_ptr<const Grammar> g, Detached);
+  // A copy holds the same states with the same ids and the steps found so far (a warm start for
+  // another request of the grammar: TokenClasses::warm_start).
+  Matcher(const Matcher& o);
+  Matcher& operator=(const Matcher& o);
+  Matcher(Matcher&&) = default;
+  Matcher& operator=(Matcher&&) = default;
+  // Back to the start of the text (the start state: the first the constructor made).
+  void restart() { state_ = 0; }
 
   // Takes all of `bytes`, or none of them (returns false and keeps the state).
   bool accept(std::string_view bytes);

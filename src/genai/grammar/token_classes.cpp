@@ -37,6 +37,21 @@ const TokenClasses::Context& TokenClasses::at(std::span<const int32_t> chain) {
   return classify(chain, key);
 }
 
+std::shared_ptr<const WarmStart> TokenClasses::warm_start() const {
+  std::lock_guard<std::mutex> lock(warm_mu_);
+  return warm_;
+}
+
+size_t TokenClasses::warm_states() const {
+  std::lock_guard<std::mutex> lock(warm_mu_);
+  return warm_ ? warm_->dfa.state_count() : 0;
+}
+
+void TokenClasses::offer_warm_start(std::shared_ptr<const WarmStart> w) {
+  std::lock_guard<std::mutex> lock(warm_mu_);
+  if (!warm_ || w->dfa.state_count() > warm_->dfa.state_count()) warm_ = std::move(w);
+}
+
 size_t TokenClasses::size() const {
   std::lock_guard<std::mutex> lock(mu_);
   return contexts_.size();

@@ -66,6 +66,13 @@ class TokenClasses {
   static constexpr size_t kDeepen = 4096;
   static constexpr size_t kMaxDepth = 4;
 
+  // The warm start of this grammar's requests (token_matcher.h): the matcher states and masks of
+  // the request that explored most so far (null before any ended). offer_warm_start() keeps `w`
+  // when it holds more states than the one kept.
+  std::shared_ptr<const WarmStart> warm_start() const;
+  size_t warm_states() const;
+  void offer_warm_start(std::shared_ptr<const WarmStart> w);
+
   const Grammar& grammar() const { return *g_; }
   const TokenTrie& trie() const { return *trie_; }
   size_t size() const;
@@ -87,6 +94,8 @@ class TokenClasses {
   std::atomic<bool> stop_{false};
   std::thread worker_;
   std::vector<int32_t> accepted_;  // walk scratch
+  mutable std::mutex warm_mu_;
+  std::shared_ptr<const WarmStart> warm_;
 };
 
 // The shared classes for (grammar, vocabulary), cached (the most recent few); a new one starts its

@@ -11,6 +11,7 @@ namespace npullm::genai::grammar {
 namespace {
 constexpr size_t kCachedMasks = 32;
 constexpr size_t kMaxStates = 20000;  // of a request's matcher (about 1 KiB each once stepped from)
+constexpr size_t kMaxWarmStates = 2048;  // of a matcher offered as a warm start (copied at each request's start)
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -70,7 +71,23 @@ bool TokenTrie::extends(int32_t id) const {
 
 TokenMatcher::TokenMatcher(std::shared_ptr<const Grammar> g, std::shared_ptr<const TokenTrie> trie, std::vector<int32_t> end_ids,
                            std::string trigger, std::shared_ptr<TokenClasses> classes)
-    : classes_(std::move(classes)), m_(std::move(g)), trie_(std::move(trie)), end_ids_(std::move(end_ids)), trigger_(std::move(trigger)), triggered_(trigger_.empty()) {}
+    : classes_(std::move(classes)), m_(std::move(g)), trie_(std::move(trie)), end_ids_(std::move(end_ids)), trigger_(std::move(trigger)), triggered_(trigger_.empty()) {
+  if (!classes_) return;
+  if (const std::shared_ptr<const WarmStart> w = classes_->warm_start(); w && w->dfa.grammar_ptr() == m_.grammar_ptr()) {
+    m_ = w->dfa;
+    m_.restart();
+    for (const auto& [state, bits] : w->masks) cache_.push_back({state, bits});
+  }
+}
+
+TokenMatcher::~TokenMatcher() {
+  // (moved from: classes_ is null) Only a matcher that went further than the warm start offers
+  // its own; a copy is taken only then.
+  if (!classes_ || m_.state_count() > kMaxWarmStates || m_.state_count() <= classes_->warm_states()) return;
+  auto w = std::make_shared<WarmStart>(WarmStart{m_, {}});
+  for (const Cached& c : cache_) w->masks.emplace_back(c.state, c.bits);
+  classes_->offer_warm_start(std::move(w));
+}
 
 bool TokenMatcher::is_end(int32_t id) const { return std::find(end_ids_.begin(), end_ids_.end(), id) != end_ids_.end(); }
 

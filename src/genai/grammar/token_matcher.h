@@ -56,12 +56,24 @@ class TokenTrie {
 
 class TokenClasses;
 
+// What a finished request leaves for the next one of the same grammar and vocabulary: its
+// matcher's states and steps, and the masks it built, by state (TokenClasses keeps the largest).
+struct WarmStart {
+  Matcher dfa;
+  std::vector<std::pair<int32_t, std::vector<uint64_t>>> masks;
+};
+
 class TokenMatcher {
  public:
   // `classes` (token_classes(g, trie)): the precomputed classes a full mask is assembled from;
   // without them a mask walks the trie.
   TokenMatcher(std::shared_ptr<const Grammar> g, std::shared_ptr<const TokenTrie> trie, std::vector<int32_t> end_ids,
                std::string trigger = "", std::shared_ptr<TokenClasses> classes = nullptr);
+  // With classes, a matcher starts from the warm start they hold, and offers its own back at the
+  // end (when it explored more): states and masks are then built once per grammar, not per request.
+  ~TokenMatcher();
+  TokenMatcher(TokenMatcher&&) = default;
+  TokenMatcher& operator=(TokenMatcher&&) = default;
 
   // Whether token `id` may come next (end tokens: whether the text may end here).
   bool allowed(int32_t id);

@@ -138,6 +138,38 @@ TEST(GrammarMatcher, MaskFromTokenClassesEqualsBruteForce) {
   }
 }
 
+// A request of a grammar starts from what an earlier one of the same classes built: walking the
+// same text, it builds no mask at all, and its masks are the ones a cold matcher builds. (The
+// random walks of MaskFromTokenClassesEqualsBruteForce share their classes too, so every walk after
+// the first is checked against brute force from a warm start.)
+TEST(GrammarMatcher, ALaterRequestStartsFromTheStatesAndMasksOfEarlierOnes) {
+  auto trie = std::make_shared<const TokenTrie>(small_vocab());
+  auto g = compile_json_schema(R"({"type":"object","properties":{"name":{"type":"string"}},"required":["name"]})");
+  auto classes = std::make_shared<TokenClasses>(g, trie);
+  classes->precompute();
+  const std::vector<int32_t> text = {9, 16, 18, 13, 14, 12};  // {" name ":" a b "}
+  std::vector<std::vector<uint64_t>> cold;
+  {
+    TokenMatcher first(g, trie, {0}, "", classes);
+    for (int32_t id : text) {
+      const std::span<const uint64_t> m = first.mask();
+      cold.emplace_back(m.begin(), m.end());
+      ASSERT_TRUE(first.accept(id)) << id;
+    }
+    EXPECT_GT(first.masks_built(), 0);
+    EXPECT_EQ(classes->warm_states(), 0u);  // offered when it ends
+  }
+  EXPECT_GT(classes->warm_states(), 0u);
+  TokenMatcher second(g, trie, {0}, "", classes);
+  for (size_t i = 0; i < text.size(); ++i) {
+    const std::span<const uint64_t> m = second.mask();
+    EXPECT_EQ(std::vector<uint64_t>(m.begin(), m.end()), cold[i]) << "step " << i;
+    ASSERT_TRUE(second.accept(text[i]));
+  }
+  EXPECT_EQ(second.masks_built(), 0);
+  EXPECT_TRUE(second.complete());
+}
+
 TEST(GrammarMatcher, MasksAreReusedForTheSameState) {
   auto trie = std::make_shared<const TokenTrie>(small_vocab());
   TokenMatcher tm(compile_json_schema(R"({"type":"string"})"), trie, {0});
