@@ -38,6 +38,8 @@ struct ServeOptions {
   genai::SchedulerConfig sched;
   int drain_timeout_s = 30;
   bool print_memory = false;
+  std::string spec = "off";  // --spec lookup: speculative decoding for every request that allows it
+  int64_t spec_k = 7;
 };
 
 std::string mib(int64_t bytes) { return fmt::format("{:.1f} MiB", static_cast<double>(bytes) / (1 << 20)); }
@@ -98,6 +100,7 @@ int serve(const ServeOptions& o) {
   }
 
   PipelineConfig pc = o.go.pipeline_config();
+  if (o.spec == "lookup") pc.spec_max_k = o.spec_k;  // verify blobs of up to spec_k + 1 rows
   if (o.print_memory) {
     genai::Scheduler sched(o.model, pc, o.sched);
     return print_memory(o, sched);
@@ -105,6 +108,7 @@ int serve(const ServeOptions& o) {
 
   server::ServerOptions hopt = o.http;
   hopt.parallel = o.sched.parallel;
+  hopt.spec_k = o.spec == "lookup" ? o.spec_k : 0;
   server::HttpServer http(hopt);
   http.bind();
   fmt::print(stderr, "npullm: listening on http://{}:{}; loading {} (GET /health answers 503 until it is ready)\n", o.http.host,
@@ -252,6 +256,15 @@ void add_serve(CLI::App& app, Actions& actions) {
       ->capture_default_str()
       ->check(CLI::Range(1, 1 << 20));
   o->go.rt.add_to(cmd);
+  cmd->add_option("--spec", o->spec,
+                  "speculative decoding for requests without structured output: lookup (guesses from each request's own "
+                  "prompt and reply, checked in verify steps while at most 2 sequences decode; also honours a request's "
+                  "`prediction`) or off")
+      ->capture_default_str()
+      ->check(CLI::IsMember({"off", "lookup"}));
+  cmd->add_option("--spec-k", o->spec_k, "speculative decoding: the most guesses one verify step checks (adaptive below it)")
+      ->capture_default_str()
+      ->check(CLI::Range(1, 63));
   cmd->add_option("--chat-template", o->go.chat_template,
                   "chat template: a built-in name (llama2, llama3, chatml, mistral, zephyr, phi3, ...), a file, or Jinja source; default: the model's own");
   actions.push_back([cmd, o]() -> int { return cmd->parsed() ? serve(*o) : -1; });

@@ -56,10 +56,15 @@ ApiError draining_error() {
 
 json usage_json(const genai::ServeResult& r) {
   const int64_t completion = static_cast<int64_t>(r.ids.size());
-  return {{"prompt_tokens", r.prompt_tokens},
-          {"completion_tokens", completion},
-          {"total_tokens", r.prompt_tokens + completion},
-          {"prompt_tokens_details", {{"cached_tokens", r.cached_tokens}}}};
+  json u = {{"prompt_tokens", r.prompt_tokens},
+            {"completion_tokens", completion},
+            {"total_tokens", r.prompt_tokens + completion},
+            {"prompt_tokens_details", {{"cached_tokens", r.cached_tokens}}}};
+  // Predicted Outputs: the prediction's guesses the reply took, and those it did not.
+  if (r.prediction_accepted + r.prediction_rejected > 0)
+    u["completion_tokens_details"] = {{"accepted_prediction_tokens", r.prediction_accepted},
+                                      {"rejected_prediction_tokens", r.prediction_rejected}};
+  return u;
 }
 
 void HttpServer::Impl::generate(const httplib::Request& req, httplib::Response& res, bool chat) {
@@ -116,6 +121,24 @@ void HttpServer::Impl::generate(const httplib::Request& req, httplib::Response& 
                                        chat ? "messages" : "prompt", "context_length_exceeded"));
   // Without max_tokens the reply may use every row its slot has left.
   if (!r.has_max_tokens) r.gen.max_new_tokens = sched.slot_capacity();
+  // Speculative decoding: the server's --spec for requests without structured output (it changes
+  // no text; a grammar and guesses do not mix yet), and the request's prediction where verify
+  // blobs exist to check it.
+  Speculation& sp = r.gen.speculative;
+  if (!sp.prediction.empty()) {
+    if (opt.spec_k <= 0)
+      return send_error(res, bad_request("'prediction' needs a server started with speculative decoding (npullm serve --spec lookup)",
+                                         "prediction"));
+    if (r.gen.structured.kind != StructuredOutput::Kind::None)
+      return send_error(res, bad_request("'prediction' cannot be combined with structured output (response_format, tools) yet",
+                                         "prediction"));
+  }
+  if (opt.spec_k > 0 && r.gen.structured.kind == StructuredOutput::Kind::None) {
+    sp.mode = SpecMode::Lookup;
+    sp.max_k = opt.spec_k;
+  } else {
+    sp.prediction.clear();  // (refused above where it mattered)
+  }
   if (!r.has_seed) r.gen.seed = fresh_seed();
 
   auto ch = std::make_shared<Channel>();

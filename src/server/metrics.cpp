@@ -91,6 +91,14 @@ std::string prometheus_text(const genai::SchedulerStatus& st, const std::map<std
   metric(out, "npullm_decode_tokens_per_second", "gauge", "Aggregate decode tokens/s over the last second.", st.decode_tps);
   metric(out, "npullm_longest_decode_stall_seconds", "gauge", "Longest gap between decode steps while sequences were decoding.",
          st.longest_decode_stall_ms / 1000.0);
+  metric(out, "npullm_spec_draft_tokens_total", "counter", "Speculative decoding: guessed tokens checked in verify steps.", st.spec_drafted);
+  metric(out, "npullm_spec_accepted_tokens_total", "counter", "Speculative decoding: guessed tokens the sampler accepted.", st.spec_accepted);
+  metric(out, "npullm_spec_verify_steps_total", "counter", "Speculative decoding: verify steps run (each a decode step).",
+         st.spec_verify_steps);
+  head(out, "npullm_spec_accepted_at_position_total", "counter",
+       "Speculative decoding: guesses accepted at each place (1 = the first guess of a step) of a step's guesses.");
+  for (size_t i = 0; i < st.spec_accepted_at.size(); ++i)
+    out += fmt::format("npullm_spec_accepted_at_position_total{{position=\"{}\"}} {}\n", i + 1, st.spec_accepted_at[i]);
   histogram(out, "npullm_time_to_first_token_seconds", "From request submission to its first token.", st.ttft_ms);
   histogram(out, "npullm_token_latency_seconds", "Between consecutive tokens of a request.", st.token_latency_ms);
   protocol(out, st, model_name);

@@ -376,7 +376,27 @@ ApiRequest parse(const json& o, bool chat, const RequestLimits& limits) {
   if (field(o, "functions")) invalid("functions", "'functions' (deprecated) is not supported; use 'tools'");
   if (field(o, "function_call")) invalid("function_call", "'function_call' (deprecated) is not supported; use 'tool_choice'");
   if (const json* lb = field(o, "logit_bias"); lb && !(lb->is_object() && lb->empty())) invalid("logit_bias", "'logit_bias' is not supported");
-  for (const char* k : {"audio", "prediction", "web_search_options", "reasoning_effort", "verbosity"})
+  // Predicted Outputs: {"type": "content", "content": text or [{"type": "text", "text": ...}]}, the
+  // text the reply is expected to be mostly; speculative decoding takes its guesses from it.
+  if (const json* pr = field(o, "prediction")) {
+    if (!pr->is_object() || pr->value("type", json()) != "content" || !pr->contains("content"))
+      invalid("prediction", "'prediction' must be {\"type\": \"content\", \"content\": ...}");
+    const json& c = (*pr)["content"];
+    std::string text;
+    if (c.is_string()) {
+      text = c.get<std::string>();
+    } else if (c.is_array()) {
+      for (const json& part : c) {
+        if (!part.is_object() || part.value("type", json()) != "text" || !part.contains("text") || !part["text"].is_string())
+          invalid("prediction", "'prediction.content' parts must be {\"type\": \"text\", \"text\": string}");
+        text += part["text"].get<std::string>();
+      }
+    } else {
+      invalid("prediction", "'prediction.content' must be a string or an array of text parts");
+    }
+    r.gen.speculative.prediction = std::move(text);
+  }
+  for (const char* k : {"audio", "web_search_options", "reasoning_effort", "verbosity"})
     if (field(o, k)) invalid(k, fmt::format("'{}' is not supported", k));
   if (const json* mo = field(o, "modalities"); mo && *mo != json::array({"text"}))
     invalid("modalities", "only the modality 'text' is supported");

@@ -6,7 +6,7 @@
 # usage: tests/server/run.sh NPULLM_BIN [MODEL.gguf] [FILTER]
 #   MODEL   default ../shared/models/llama2c/stories260K.gguf from the repo root; "" or - for it.
 #           Missing: exit 77 (skip), or 1 when NPULLM_REQUIRE_DATA=1.
-#   FILTER  extended regex on script names, e.g. 'openai|web|abuse|structured|drain|trace' (default: all).
+#   FILTER  extended regex on script names, e.g. 'openai|web|abuse|structured|drain|trace|spec' (default: all).
 # env: NPULLM_RUNTIME_FLAGS  extra runtime flags for both `serve` and `run` (e.g. "--variants 64,128")
 #      NPULLM_SCREENSHOT     where web_page.mjs saves its screenshot (default build/web-page.png)
 #      NPULLM_KEEP_TMP=1     keep the temp folder (server logs, blob cache)
@@ -38,7 +38,7 @@ fi
 MODEL="$(cd "$(dirname "$MODEL")" && pwd)/$(basename "$MODEL")"
 
 SCRIPTS=()
-for s in bad_requests openai_client structured concurrency web_page abuse drain trace; do
+for s in bad_requests openai_client structured concurrency web_page abuse drain trace spec; do
   [[ "$s" =~ $FILTER ]] && SCRIPTS+=("$s")
 done
 [[ ${#SCRIPTS[@]} -gt 0 ]] || { echo "run.sh: no script matches '$FILTER'" >&2; exit 2; }
@@ -154,7 +154,7 @@ run_script() {
 
 start_server main
 for s in "${SCRIPTS[@]}"; do
-  [[ "$s" == abuse || "$s" == structured || "$s" == drain || "$s" == trace ]] && continue  # on servers of their own, below
+  [[ "$s" == abuse || "$s" == structured || "$s" == drain || "$s" == trace || "$s" == spec ]] && continue  # on servers of their own, below
   # A script that kills the server would fail the rest with confusing messages; say so instead.
   kill -0 "$SERVER_PID" 2>/dev/null || { echo "run.sh: the server died" >&2; log_tail; exit 1; }
   run_script "$s"
@@ -206,6 +206,13 @@ if [[ " ${SCRIPTS[*]} " == *" trace "* ]]; then
   PARALLEL=4 start_server trace --trace "$TMP/serve-trace.json"
   run_script trace NPULLM_TRACE_FILE="$TMP/serve-trace.json"
   stop_server || FAILED+=("clean shutdown (trace server)")
+fi
+
+# Speculative decoding: a server with --spec lookup (verify blobs), 2 slots.
+if [[ " ${SCRIPTS[*]} " == *" spec "* ]]; then
+  PARALLEL=2 start_server spec --spec lookup --spec-k 7
+  run_script spec
+  stop_server || FAILED+=("clean shutdown (spec server)")
 fi
 
 # Readiness and drain: drain.mjs starts its own servers (a fresh cache, so /health is seen saying

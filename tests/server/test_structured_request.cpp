@@ -181,13 +181,17 @@ TEST(StructuredRequest, AssistantToolCallsAndToolResults) {
 TEST(StructuredRequest, EveryDocumentedFieldIsHonouredOrRefused) {
   for (const char* accepted : {R"("logit_bias":{})", R"("modalities":["text"])", R"("store":false)", R"("user":"u")",
                                R"("safety_identifier":"s")", R"("prompt_cache_key":"k")", R"("service_tier":"auto")",
-                               R"("metadata":{"a":"b"})", R"("parallel_tool_calls":true)", R"("stream_options":{"include_usage":false})"})
+                               R"("metadata":{"a":"b"})", R"("parallel_tool_calls":true)", R"("stream_options":{"include_usage":false})",
+                               R"("prediction":{"type":"content","content":"x"})",
+                               R"("prediction":{"type":"content","content":[{"type":"text","text":"x"}]})"})
     EXPECT_EQ(refused(chat(accepted)), "<accepted>") << accepted;
   const std::pair<std::string, std::string> cases[] = {
       {R"("logit_bias":{"5":10})", "logit_bias"},
       {R"("audio":{"voice":"alloy","format":"wav"})", "audio"},
       {R"("modalities":["text","audio"])", "modalities"},
-      {R"("prediction":{"type":"content","content":"x"})", "prediction"},
+      {R"("prediction":{"type":"text","content":"x"})", "prediction"},
+      {R"("prediction":{"type":"content","content":5})", "prediction"},
+      {R"("prediction":{"type":"content","content":[{"type":"image_url"}]})", "prediction"},
       {R"("web_search_options":{})", "web_search_options"},
       {R"("reasoning_effort":"low")", "reasoning_effort"},
       {R"("verbosity":"low")", "verbosity"},
@@ -199,6 +203,11 @@ TEST(StructuredRequest, EveryDocumentedFieldIsHonouredOrRefused) {
       {R"("top_logprobs":2)", "logprobs"},
   };
   for (const auto& [extra, param] : cases) EXPECT_EQ(refused(chat(extra)), param) << extra;
+  // Predicted Outputs: the text becomes the speculation's prediction (the server honours it with
+  // --spec lookup and refuses it otherwise; tests/server/structured.mjs, test_scheduler.cpp).
+  auto r = parse_request(chat(R"("prediction":{"type":"content","content":[{"type":"text","text":"ab"},{"type":"text","text":"c"}]})"), true, kLimits);
+  ASSERT_TRUE(std::holds_alternative<ApiRequest>(r));
+  EXPECT_EQ(std::get<ApiRequest>(r).gen.speculative.prediction, "abc");
 }
 
 // Bodies are parsed with their keys in order, which costs k^2 for an object of k keys: a body

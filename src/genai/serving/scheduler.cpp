@@ -13,6 +13,7 @@
 #include "genai/grammar/structured.h"
 #include "genai/sampling/sampler.h"
 #include "genai/sampling/stop_rules.h"
+#include "genai/speculative/speculator.h"
 #include "genai/tokenizer/tokenizer.h"
 #include "npuw/llm_runtime.h"
 
@@ -60,6 +61,8 @@ struct Scheduler::Active {
   ServeResult res;
   int32_t next = -1;                 // sampled, to be run by the next decode step
   std::vector<int32_t> jump;         // jump-forward: a sampled token and the tokens the grammar forces after it, for one prefill run
+  std::unique_ptr<Speculator> spec;  // speculative decoding: where this request's guesses come from (null: none)
+  int64_t step_drafted = 0, step_taken = 0;  // the verify step being taken in (recorded at its end or the request's)
   bool decoding = false;             // the prompt is in; decode steps run it
   bool cancelled = false;
 
@@ -159,6 +162,11 @@ uint64_t Scheduler::submit(ServeRequest r) {
     fail("the prompt has {} tokens, but a sequence slot holds {} (prompt and reply together)", n, rt_->capacity());
   if (r.gen.max_new_tokens < 1) fail("max_tokens must be at least 1");
   Sampler check(sampler_config(r.gen));  // throws on settings out of range, before queueing
+  const Speculation& sp = r.gen.speculative;
+  if (sp.mode == SpecMode::Draft) fail("speculative decoding with a draft model is not available when serving (use lookup)");
+  if (sp.max_k < 1) fail("speculative decoding: max_k must be at least 1 (got {})", sp.max_k);
+  if (sp.ngram_min < 1 || sp.ngram_max < sp.ngram_min)
+    fail("speculative decoding: n-gram lengths must satisfy 1 <= ngram_min <= ngram_max (got {} and {})", sp.ngram_min, sp.ngram_max);
   auto a = std::make_unique<Active>();
   // The grammar is compiled here, on the caller's thread (cached by source), never on the decode
   // loop's; a refused schema or grammar throws before anything is queued.
@@ -248,6 +256,15 @@ bool Scheduler::admit() {
     a->stop_ids = std::make_unique<StopTokens>(g.stop_token_ids);
     if (!g.ignore_eos && tok_->eos() >= 0) a->stop_ids->add(tok_->eos());
     a->stop = std::make_unique<StopMatcher>(g.stop_strings);
+    // Speculation where the request asks for it and the runtime has verify blobs; never with a
+    // grammar (a server-wide --spec steps aside for structured requests: it changes no text).
+    const Speculation& sp = g.speculative;
+    if ((sp.mode != SpecMode::Off || !sp.prediction.empty() || sp.draft_fn) && !a->structured && rt_->max_verify_rows(best->id) > 1) {
+      std::vector<int32_t> pred;
+      if (!sp.prediction.empty()) pred = tok_->encode(sp.prediction, /*add_bos=*/false);
+      a->spec = std::make_unique<Speculator>(sp, std::min(sp.max_k, rt_->max_verify_rows(best->id) - 1),
+                                             static_cast<int64_t>(prompt.size()), std::move(pred), nullptr);
+    }
     // After BOS alone, SPM's dummy-prefix space of the first piece is not text.
     a->decoder = std::make_unique<StreamDecoder>(*tok_, prompt.size() == 1 && prompt[0] == tok_->bos());
     if (a->r.split_reasoning && format_ && format_->harmony()) {
@@ -406,6 +423,7 @@ void Scheduler::decode_step() {
     span.set_args(fmt::format(R"({{"slots":[{}]}})", slots));
   }
   if (decoding_before_) work_.longest_decode_stall_ms = std::max(work_.longest_decode_stall_ms, ms_between(last_decode_end_, start));
+  if (static_cast<int64_t>(rows.size()) <= sc_.spec_max_sequences && speculative_step(rows)) return;
   std::span<const float> logits;
   try {
     logits = rt_->decode_batch(batch);
@@ -427,6 +445,104 @@ void Scheduler::decode_step() {
   recent_.emplace_back(end, static_cast<int64_t>(batch.size()));
 }
 
+// A decode step that also checks guesses: each decoding slot runs its next token and the guesses
+// its speculator makes (none for a slot without one) in one verify run, and takes, row by row, the
+// guesses its sampler accepts (Sampler::verify, in order, the sampler's history growing as in
+// LLMPipeline), then one token more (the replacement of the first refused guess, or the token after
+// the last one). The rows of refused guesses are given up by moving the write position back. False
+// (nothing run) when no slot has a guess: the caller runs a plain decode step.
+bool Scheduler::speculative_step(const std::vector<Slot*>& rows) {
+  const std::vector<int64_t>& sizes = rt_->config().verify_sizes;  // ascending
+  const int64_t total_rows = sizes.empty() ? 0 : sizes.back();
+  if (total_rows <= static_cast<int64_t>(rows.size())) return false;
+  std::vector<std::vector<int32_t>> runs(rows.size());
+  int64_t left = total_rows - static_cast<int64_t>(rows.size());  // verify rows left for guesses
+  bool any = false;
+  for (size_t r = 0; r < rows.size(); ++r) {
+    Slot& s = *rows[r];
+    Active& a = *s.req;
+    runs[r].assign(1, a.next);
+    if (!a.spec || left <= 0) continue;
+    // Room: the verify blob's rows, the slot's capacity (the next token's row first), the tokens
+    // still to generate (the last row's logits give one more).
+    const int64_t room = std::min({left, rt_->max_verify_rows(s.id) - 1,
+                                   a.r.gen.max_new_tokens - static_cast<int64_t>(a.res.ids.size()) - 1});
+    if (room <= 0) continue;
+    std::vector<int32_t> seq = s.tokens;
+    seq.push_back(a.next);
+    const std::vector<int32_t> guesses = a.spec->propose(seq, room);
+    runs[r].insert(runs[r].end(), guesses.begin(), guesses.end());
+    left -= static_cast<int64_t>(guesses.size());
+    any = any || !guesses.empty();
+  }
+  if (!any) return false;
+  trace::Scope span("genai", "verify step");
+  const auto start = Clock::now();
+  std::vector<npuw::SlotRun> slot_runs;
+  for (size_t r = 0; r < rows.size(); ++r) slot_runs.push_back({rows[r]->id, runs[r]});
+  std::span<const float> verified;
+  try {
+    verified = rt_->verify_batch(slot_runs);
+  } catch (const Error& e) {
+    for (Slot* s : rows) finish(*s, FinishReason::Length, e.what());
+    decoding_before_ = false;
+    return true;
+  }
+  if (decoding_before_) work_.longest_decode_stall_ms = std::max(work_.longest_decode_stall_ms, ms_between(last_decode_end_, start));
+  const size_t V = static_cast<size_t>(rt_->n_vocab());
+  size_t off = 0;
+  int64_t made = 0;
+  work_.spec_verify_steps++;
+  for (size_t r = 0; r < rows.size(); ++r) {
+    Slot& s = *rows[r];
+    const std::vector<int32_t>& run = runs[r];
+    const uint64_t id = s.req->id;
+    const size_t guesses = run.size() - 1;
+    s.tokens.push_back(run[0]);  // the next token's row is in
+    s.req->step_drafted = static_cast<int64_t>(guesses);
+    s.req->step_taken = 0;
+    work_.spec_drafted += guesses;
+    for (size_t j = 0;; ++j) {
+      Active& a = *s.req;
+      const std::span<const float> logits = verified.subspan((off + j) * V, V);
+      ++made;
+      if (j == guesses) {  // past the guesses (or none): one token sampled as usual
+        take_token(s, logits);
+        break;
+      }
+      Sampler::Verdict v;
+      {
+        trace::Scope sample("genai", "sample");
+        v = a.sampler->verify(logits, run[j + 1]);
+      }
+      if (!v.accepted) {
+        take_id(s, v.id);
+        break;
+      }
+      a.step_taken++;
+      work_.spec_accepted++;
+      if (work_.spec_accepted_at.size() <= j) work_.spec_accepted_at.resize(j + 1, 0);
+      work_.spec_accepted_at[j]++;
+      s.tokens.push_back(run[j + 1]);  // its row is in
+      take_id(s, run[j + 1]);
+      if (!s.req || s.req->id != id) break;  // the request ended with it
+    }
+    if (s.req && s.req->id == id && s.req->spec) {  // the step is over: the schedule learns from it
+      s.req->spec->record(s.req->step_drafted, s.req->step_taken);
+      s.req->step_drafted = 0;
+    }
+    // The rows of refused guesses (and, for a request that ended, of those it never reached).
+    if (rt_->position(s.id) > static_cast<int64_t>(s.tokens.size())) rt_->rollback(s.id, static_cast<int64_t>(s.tokens.size()));
+    off += run.size();
+  }
+  const auto end = Clock::now();
+  last_decode_end_ = end;
+  decoding_before_ = true;
+  work_.decode_steps++;
+  recent_.emplace_back(end, made);
+  return true;
+}
+
 std::shared_ptr<const grammar::TokenTrie> Scheduler::token_trie() {
   std::call_once(trie_once_, [&] { trie_ = grammar::make_token_trie(*tok_); });
   return trie_;
@@ -434,7 +550,6 @@ std::shared_ptr<const grammar::TokenTrie> Scheduler::token_trie() {
 
 void Scheduler::take_token(Slot& s, std::span<const float> logits) {
   Active& a = *s.req;
-  const auto now = Clock::now();
   if (a.structured && a.structured->must_end()) return finish(s, FinishReason::Eos);  // nothing may follow
   int32_t id;
   try {
@@ -443,6 +558,12 @@ void Scheduler::take_token(Slot& s, std::span<const float> logits) {
   } catch (const Error& e) {
     return finish(s, FinishReason::Length, e.what());
   }
+  take_id(s, id);
+}
+
+void Scheduler::take_id(Slot& s, int32_t id) {
+  Active& a = *s.req;
+  const auto now = Clock::now();
   if (a.res.ids.empty() && a.first_token == Clock::time_point{}) {
     a.first_token = now;
     a.res.ttft_ms = ms_between(a.submitted, now);
@@ -466,14 +587,15 @@ void Scheduler::take_token(Slot& s, std::span<const float> logits) {
   if (step.stopped) return finish(s, FinishReason::StopString);
   if (a.cancelled) return finish(s, FinishReason::Cancelled);
   if (static_cast<int64_t>(a.res.ids.size()) >= a.r.gen.max_new_tokens) return finish(s, FinishReason::Length);
-  if (rt_->position(s.id) >= rt_->capacity()) return finish(s, FinishReason::Length);  // the slot is full
+  // The slot is full. (Its rows are its tokens; a verify step's rows past them are not yet given up.)
+  if (static_cast<int64_t>(s.tokens.size()) >= rt_->capacity()) return finish(s, FinishReason::Length);
   // Jump-forward (as LLMPipeline does): the tokens the grammar forces after this one go with it
   // into one prefill run (prefill_step) instead of a decode step each.
   if (a.structured && a.r.gen.structured.jump_forward) {
     std::vector<int32_t> forced = a.structured->forced_tokens(*tok_);
     const auto left = static_cast<size_t>(std::max<int64_t>(0, a.r.gen.max_new_tokens - static_cast<int64_t>(a.res.ids.size()) - 1));
     if (forced.size() > left) forced.resize(left);
-    if (rt_->position(s.id) + 1 + static_cast<int64_t>(forced.size()) > rt_->capacity()) forced.clear();
+    if (static_cast<int64_t>(s.tokens.size()) + 1 + static_cast<int64_t>(forced.size()) > rt_->capacity()) forced.clear();
     std::vector<int32_t> run{id};
     for (int32_t f : forced) {
       if (!a.structured->accept(f)) break;
@@ -506,6 +628,14 @@ void Scheduler::finish(Slot& s, FinishReason why, const std::string& error) {
   if (error.empty()) a.say("", /*at_end=*/true);
   a.res.finish = why;
   a.res.error = error;
+  if (a.spec) {
+    if (a.step_drafted > 0) a.spec->record(a.step_drafted, a.step_taken);  // a verify step it ended in
+    a.step_drafted = 0;
+    a.res.spec_drafted = a.spec->drafted;
+    a.res.spec_accepted = a.spec->accepted;
+    a.res.prediction_accepted = a.spec->prediction_accepted;
+    a.res.prediction_rejected = a.spec->prediction_rejected;
+  }
   const double span_ms = ms_between(a.first_token, a.last_token);
   a.res.decode_tps = a.res.ids.size() > 1 && span_ms > 0 ? static_cast<double>(a.res.ids.size() - 1) * 1000.0 / span_ms : 0.0;
   s.tps = a.res.decode_tps;

@@ -71,6 +71,10 @@ struct ServeResult {
   double ttft_ms = 0;                // submit to first token
   double decode_tps = 0;             // generated tokens / time from first to last
   int64_t forced_tokens = 0;         // structured output: generated tokens appended by jump-forward
+  // Speculative decoding (GenerationConfig::speculative): guesses checked in verify steps, and the
+  // ones the sampler took; of them, the guesses from the prediction (OpenAI's Predicted Outputs).
+  int64_t spec_drafted = 0, spec_accepted = 0;
+  int64_t prediction_accepted = 0, prediction_rejected = 0;
   std::string error;                 // non-empty: the request failed (runtime error)
 };
 
@@ -131,12 +135,20 @@ struct SchedulerStatus {
   uint64_t copied_prefix_rows = 0;   // of cached_tokens, rows copied in from another slot
   uint64_t decode_steps = 0, padded_rows = 0, prefill_chunks = 0;
   double longest_decode_stall_ms = 0;  // longest gap between decode steps while sequences were decoding
+  // Speculative decoding: guesses checked, guesses taken, verify steps, and the guesses taken at
+  // each place of a step's run of guesses (spec_accepted_at[i]: the (i+1)-th guess was taken).
+  uint64_t spec_drafted = 0, spec_accepted = 0, spec_verify_steps = 0;
+  std::vector<uint64_t> spec_accepted_at;
   Histogram ttft_ms, token_latency_ms;
 };
 
 struct SchedulerConfig {
   int64_t parallel = 4;              // sequence slots
   int64_t max_queue = 64;            // waiting requests beyond which submit() throws QueueFull
+  // Speculative decoding (requests whose GenerationConfig::speculative asks for it, on a runtime
+  // with verify blobs: PipelineConfig::spec_max_k > 0) runs while at most this many sequences
+  // decode: a fuller batch already reads each weight once for several tokens.
+  int64_t spec_max_sequences = 2;
 };
 
 class Scheduler {
@@ -190,7 +202,9 @@ class Scheduler {
   // now holds (`have` when nothing was copied). Not with sliding-window rings (copy_rows refuses).
   size_t copy_prefix(Slot& to, const std::vector<int32_t>& prompt, size_t have);
   // Samples the next token of a slot from `logits`; retires the request when it is finished.
-  void take_token(Slot& s, std::span<const float> logits);
+  void take_token(Slot& s, std::span<const float> logits);  // samples from logits, then take_id
+  void take_id(Slot& s, int32_t id);                         // the slot's request takes token id
+  bool speculative_step(const std::vector<Slot*>& rows);
   void finish(Slot& s, FinishReason why, const std::string& error = "");
   void publish();                    // refreshes status_ from the slots (under mu_)
   void trace_request(const Active& a, std::chrono::steady_clock::time_point end);  // common/trace.h

@@ -112,6 +112,53 @@ TEST(Scheduler, EveryRequestGetsThePipelinesTextWhateverRunsBesideIt) {
   EXPECT_EQ(st.ttft_ms.count, prompts.size());
 }
 
+// Speculative decoding inside continuous batching (issue 47): two sequences decoding at once, each
+// guessing from its own text (prompt lookup) or from a prediction, checked together in verify steps;
+// with greedy sampling every reply is the plain pipeline's, the guesses are counted, rejected rows
+// are given up without copies, and a later request reuses a speculating slot's rows as usual.
+TEST(Scheduler, SpeculationGivesThePlainTextAndCountsItsGuesses) {
+  NPULLM_REQUIRE_SHARED(kModel);
+  const std::string path = test::shared_path(kModel);
+  LLMPipeline pipe(path, pipeline_config());
+  const std::vector<std::string> prompts = {"Once upon a time", "The little dog", "Once upon a time, there was"};
+  std::vector<GenerationResult> want;
+  for (const std::string& p : prompts) want.push_back(pipe.generate(p, greedy(120)));
+
+  PipelineConfig pc = pipeline_config();
+  pc.spec_max_k = 7;
+  genai::SchedulerConfig sc;
+  sc.parallel = 2;
+  genai::Scheduler sched(path, pc, sc);
+  std::vector<GenerationConfig> gens(prompts.size(), greedy(120));
+  gens[0].speculative.mode = SpecMode::Lookup;
+  gens[1].speculative.prediction = want[1].text;  // the reply itself: nearly every guess right
+  gens[2].speculative.mode = SpecMode::Lookup;
+  std::vector<std::future<Outcome>> got;
+  for (size_t i = 0; i < 2; ++i) got.push_back(start(sched, sched.encode_prompt(prompts[i]), gens[i]));
+  std::vector<Outcome> outs;
+  for (auto& f : got) outs.push_back(f.get());
+  outs.push_back(start(sched, sched.encode_prompt(prompts[2]), gens[2]).get());  // after: reuses a slot's prefix
+  for (size_t i = 0; i < prompts.size(); ++i) {
+    SCOPED_TRACE(prompts[i]);
+    EXPECT_EQ(outs[i].result.error, "");
+    EXPECT_EQ(outs[i].result.ids, want[i].ids);
+    EXPECT_EQ(outs[i].streamed, want[i].text);
+    EXPECT_LE(outs[i].result.spec_accepted, outs[i].result.spec_drafted);
+  }
+  EXPECT_GT(outs[0].result.spec_drafted, 0);
+  EXPECT_GT(outs[1].result.prediction_accepted, 4 * outs[1].result.prediction_rejected);
+  EXPECT_GT(outs[2].result.cached_tokens, 0);
+  const genai::SchedulerStatus st = sched.status();
+  EXPECT_GT(st.spec_verify_steps, 0u);
+  EXPECT_GT(st.spec_accepted, 0u);
+  EXPECT_EQ(st.spec_drafted, static_cast<uint64_t>(outs[0].result.spec_drafted + outs[1].result.spec_drafted + outs[2].result.spec_drafted));
+  uint64_t at = 0;
+  for (uint64_t n : st.spec_accepted_at) at += n;
+  EXPECT_EQ(at, st.spec_accepted);
+  EXPECT_EQ(sched.runtime().stats().kv_bytes_copied, 0);
+  EXPECT_GT(sched.runtime().stats().rolled_back_rows, 0);
+}
+
 TEST(Scheduler, APromptSharingAPrefixWithAFreeSlotPrefillsOnlyTheRest) {
   NPULLM_REQUIRE_SHARED(kModel);
   const std::string path = test::shared_path(kModel);
