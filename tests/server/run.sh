@@ -208,9 +208,9 @@ if [[ " ${SCRIPTS[*]} " == *" trace "* ]]; then
   stop_server || FAILED+=("clean shutdown (trace server)")
 fi
 
-# Speculative decoding: a server with --spec lookup (verify blobs), 2 slots.
+# Speculative decoding: a server with --spec lookup (verify blobs), 4 slots.
 if [[ " ${SCRIPTS[*]} " == *" spec "* ]]; then
-  PARALLEL=2 start_server spec --spec lookup --spec-k 7
+  PARALLEL=4 start_server spec --spec lookup --spec-k 7
   run_script spec
   stop_server || FAILED+=("clean shutdown (spec server)")
 fi

@@ -3,19 +3,20 @@
 // official `openai` client:
 //   - greedy replies are the same with and without a prediction, streamed and not, and alone or two
 //     at once (the verify steps then hold both sequences' guesses);
+//   - four greedy streams at once give the text `npullm run` gives without speculation;
 //   - a prediction equal to the reply is mostly taken: usage.completion_tokens_details counts the
 //     accepted and rejected prediction tokens;
 //   - /metrics counts guesses, accepted ones (per place) and verify steps;
 //   - a prediction with structured output is refused by name.
 //
-// env: NPULLM_URL (a server started with --spec lookup), NPULLM_MODEL.
+// env: NPULLM_URL (a server started with --spec lookup), NPULLM_MODEL, NPULLM_BIN.
 import assert from 'node:assert/strict';
 import OpenAI from 'openai';
-import { baseUrl, deadline, env, main } from './lib.mjs';
+import { baseUrl, deadline, env, main, runCli } from './lib.mjs';
 
 deadline(120_000);
 const URL_ = baseUrl();
-env('NPULLM_MODEL');
+const MODEL_PATH = env('NPULLM_MODEL');
 const client = new OpenAI({ baseURL: `${URL_}/v1`, apiKey: 'none', maxRetries: 0, timeout: 60_000 });
 const MAX = 96;
 
@@ -62,6 +63,16 @@ main(async () => {
   const [x, y] = await Promise.all([chat(a, { prediction: { type: 'content', content: plain.text } }), streamed(b)]);
   assert.equal(x.text, plain.text);
   assert.equal(y.text, plainB.text);
+  // Four streams at once (speculation joins in as the batch thins out) against `npullm run`.
+  const prompts = ['Once upon a time', 'The little dog', 'Tom had a red ball. He', 'Lily saw a big'];
+  const want = await Promise.all(prompts.map((p) => runCli(['-m', MODEL_PATH, '-p', p, '--temp', '0', '-n', String(MAX)])));
+  const got = await Promise.all(prompts.map(async (p) => {
+    const s = await client.completions.create({ model: '', prompt: p, max_tokens: MAX, temperature: 0, stream: true });
+    let text = '';
+    for await (const c of s) text += c.choices[0]?.text ?? '';
+    return text;
+  }));
+  for (let i = 0; i < prompts.length; i++) assert.equal(got[i], want[i].text, `stream ${i} ('${prompts[i]}')`);
   const m = await metrics();
   assert.ok(m.drafted > 0 && m.steps > 0, `metrics ${JSON.stringify(m)}`);
   assert.ok(m.accepted > 0 && m.accepted <= m.drafted, `metrics ${JSON.stringify(m)}`);
