@@ -345,12 +345,28 @@ int run(BenchOptions& o) {
                                    : bandwidth > 0                ? tgs.mean * bytes_per_token / bandwidth
                                                                   : 0.0;
   const double ttft_ms = ttft.empty() ? 0.0 : median(ttft);
+  // What a decode step at a depth reads besides the weights: the K/V rows it attends (a
+  // full-length layer's rows up to its position, on average the depth plus half the tokens
+  // generated; a sliding-window layer's ring, at most its rows), and the roofline of weights + K/V.
+  const npuw::RuntimeStats& kv_st = rt.stats();
+  auto kv_read_per_token = [&](int64_t depth) {
+    const double rows = static_cast<double>(depth) + static_cast<double>(o.n_gen + 1) / 2.0;
+    const double ring = kv_st.kv_ring_rows > 0
+                            ? static_cast<double>(kv_st.kv_ring_bytes) * std::min(1.0, rows / static_cast<double>(kv_st.kv_ring_rows))
+                            : 0.0;
+    return rows * static_cast<double>(kv_st.kv_row_bytes) + ring;
+  };
+  auto roofline_tps = [&](int64_t depth) {
+    return bandwidth > 0 ? bandwidth / (bytes_per_token + kv_read_per_token(depth)) : 0.0;
+  };
 
   if (o.json) {
     nlohmann::json j = {{"model", o.model},
                         {"threads", rt.device_threads()},
                         {"pp", {{"n", o.n_prompt}, {"tps_mean", pps.mean}, {"tps_sd", pps.sd}}},
-                        {"tg", {{"n", o.n_gen}, {"depth", o.depths[0]}, {"tps_mean", tgs.mean}, {"tps_sd", tgs.sd}}},
+                        {"tg", {{"n", o.n_gen}, {"depth", o.depths[0]}, {"tps_mean", tgs.mean}, {"tps_sd", tgs.sd},
+                                {"kv_bytes_read_per_token", kv_read_per_token(o.depths[0])},
+                                {"roofline_tps_weights_and_kv", roofline_tps(o.depths[0])}}},
                         {"ttft_ms", ttft.empty() ? nlohmann::json(nullptr) : nlohmann::json(ttft_ms)},
                         {"peak_rss_bytes", peak_rss},
                         {"kv_bytes_copied_per_token", kv_copied_per_token},
@@ -394,7 +410,10 @@ int run(BenchOptions& o) {
       for (size_t di = 0; di < n_depths; ++di) {
         const MeanSd m = mean_sd(tg_at[di]);
         nlohmann::json d = {{"depth", o.depths[di]}, {"tps_mean", m.mean}, {"tps_sd", m.sd}, {"tps_runs", tg_at[di]},
-                            {"ratio_to_first", depth_ratio[di]}};
+                            {"ratio_to_first", depth_ratio[di]},
+                            {"kv_bytes_read_per_token", kv_read_per_token(o.depths[di])},
+                            {"roofline_tps", roofline_tps(o.depths[di])},
+                            {"roofline_fraction", roofline_tps(o.depths[di]) > 0 ? m.mean / roofline_tps(o.depths[di]) : 0.0}};
         if (interleaved) {
           d["interleaved_steps"] = step_s[di].size();
           d["interleaved_step_ms_median"] = 1e3 * median(step_s[di]);
@@ -413,6 +432,14 @@ int run(BenchOptions& o) {
     for (size_t di = 0; di < n_depths && !tg.empty(); ++di) {
       const MeanSd m = mean_sd(tg_at[di]);
       fmt::print("| tg{:<4}{} | {:>7.2f} ± {:<4.2f} |\n", o.n_gen, o.depths[di] > 0 ? fmt::format(" @ d{}", o.depths[di]) : "", m.mean, m.sd);
+    }
+    for (size_t di = 0; di < n_depths && !tg.empty() && bandwidth > 0; ++di) {
+      const MeanSd m = mean_sd(tg_at[di]);
+      const double roof = roofline_tps(o.depths[di]);
+      fmt::print("depth {}: a step reads {:.1f} MB of weights and {:.1f} MB of K/V; at {:.1f} GB/s that allows {:.1f} t/s, "
+                 "tg is {:.0f}% of it\n",
+                 o.depths[di], bytes_per_token / 1e6, kv_read_per_token(o.depths[di]) / 1e6, bandwidth / 1e9, roof,
+                 roof > 0 ? 100.0 * m.mean / roof : 0.0);
     }
     for (size_t di = 1; di < n_depths && !tg.empty(); ++di) {
       std::string runs;

@@ -287,6 +287,16 @@ TEST(CliTools, BenchJsonReportsTheIssueFields) {
   EXPECT_DOUBLE_EQ(dp["tg_depths"][1]["ratio_to_first"].get<double>(), ratios[1]);
   EXPECT_DOUBLE_EQ(dp["tg_depths"][0]["ratio_to_first"].get<double>(), 1.0);
   EXPECT_DOUBLE_EQ(dp["tg_depths"][0]["tps_mean"].get<double>(), dp["tg"]["tps_mean"].get<double>());
+  // The K/V a step reads at each depth (the rows it attends, on average depth + (n + 1) / 2, times the
+  // bytes of a position) and the roofline of weights and K/V together (issue 48).
+  const double per_position = dp["kv"]["bytes_per_position"].get<double>();
+  for (int k = 0; k < 2; ++k) {
+    const double depth = dp["tg_depths"][k]["depth"].get<double>();
+    EXPECT_DOUBLE_EQ(dp["tg_depths"][k]["kv_bytes_read_per_token"].get<double>(), (depth + 4.5) * per_position);
+    EXPECT_NEAR(dp["tg_depths"][k]["roofline_tps"].get<double>(),
+                dp["bandwidth_gbps"].get<double>() * 1e9 / (dp["weight_bytes_per_token"].get<double>() + (depth + 4.5) * per_position), 1e-6 * dp["tg_depths"][k]["roofline_tps"].get<double>());
+  }
+  EXPECT_LT(dp["tg_depths"][1]["roofline_tps"].get<double>(), dp["tg_depths"][0]["roofline_tps"].get<double>());
   // Interleaved: a slot per depth, runs of 8 steps in turn, the first of each run untimed: 7 timed
   // steps a repetition at each depth; the ratio is of the medians of the steps.
   // Their stage time by op, a mean a step: the decode's matmuls and attention ran in every step.
