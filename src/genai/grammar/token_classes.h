@@ -63,7 +63,7 @@ class TokenClasses {
 
   // A context with more uncertain tokens than this is looked at again one entry deeper, up to
   // kMaxDepth entries.
-  static constexpr size_t kDeepen = 4096;
+  static constexpr size_t kDeepen = 1024;
   static constexpr size_t kMaxDepth = 4;
 
   // The warm start of this grammar's requests (token_matcher.h): the matcher states and masks of
