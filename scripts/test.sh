@@ -63,7 +63,8 @@ rm -rf "$san"
 # generation, sampling on several threads, stories260K decoded on 1 and 2 threads, a traced run
 # (TraceCli: every thread records spans; the TSan npullm is the child, and its report fails it); then the server end
 # to end with the TSan npullm (tests/server/run.sh: the bad requests, 64 concurrent streams, an
-# overloaded server answering 503s), which must exit 0 after SIGTERM. halt_on_error: the first race
+# overloaded server answering 503s, the web page in Chromium, abusive clients, a trace, speculation),
+# which must exit 0 after SIGTERM. halt_on_error: the first race
 # fails the step (a server that stops answers no more requests, and its exit status is TSan's 66).
 # Suppressions only for third-party code (scripts/tsan.supp says why). Address-space randomisation is
 # off for these runs where setarch can do that (GCC 12's TSan fails on kernels with 32 random bits).
@@ -74,9 +75,10 @@ if setarch "$(uname -m)" -R true 2>/dev/null; then norandom=(setarch "$(uname -m
 export TSAN_OPTIONS="halt_on_error=1 second_deadlock_stack=1 suppressions=$PWD/scripts/tsan.supp"
 "${norandom[@]}" build-tsan/tests/npullm_tests \
   --gtest_filter='Driver*:WorkerPool*:Scheduler*:*BatchedDecode*:SequenceSlots*:OpenAiRequest*:Capi*:Sampler.SequencesDoNotDependOnOtherThreads:StoriesReference.*:TraceCli*'
-# Not yet the web page and the abuse scripts: their runs under TSan (abuse.mjs triples its time
-# bounds there, web_page.mjs doubles its deadline) have not been tried on a clean clone yet.
-NPULLM_SANITIZER=ThreadSanitizer "${norandom[@]}" tests/server/run.sh build-tsan/npullm - "bad_requests|concurrency"  # no RSS bound
+# With the web page and the abuse scripts (abuse.mjs triples its time bounds under TSan, web_page.mjs
+# doubles its deadline), the trace written on SIGUSR1 while requests run, and speculative decoding's
+# verify steps: 64-68 s here (2026-12-06, two runs), against ~30 s for bad_requests and concurrency alone.
+NPULLM_SANITIZER=ThreadSanitizer "${norandom[@]}" tests/server/run.sh build-tsan/npullm - "bad_requests|concurrency|web_page|abuse|trace|spec"  # no RSS bound
 unset TSAN_OPTIONS
 # libFuzzer smoke run: every parser harness of tests/fuzz for 15 s (clang build in build-fuzz/).
 scripts/fuzz.sh 15
