@@ -16,8 +16,8 @@ namespace {
 using test::Proc;
 using nlohmann::json;
 
-// The recording between two stages takes ~1.6 us in a release build; under a sanitizer (whose npullm
-// the test runs then) every lock and allocation is instrumented and takes many times that.
+// Between two stages a release build spends well under a microsecond; under a sanitizer (whose
+// npullm the test runs then) everything is instrumented and takes many times that.
 #if defined(__SANITIZE_ADDRESS__) || defined(__SANITIZE_THREAD__)
 constexpr double kGapPerStageUs = 100.0;
 #else
@@ -90,9 +90,9 @@ TEST(TraceCli, RunWritesTraceEventJsonWhoseStagesAddUpToTheBlobRuns) {
     const auto n = std::count_if(blobs.begin(), blobs.end(), [&](const Span& b) { return b.inside(d); });
     EXPECT_EQ(n, 1) << "decode step at " << d.ts << " us";
   }
-  // Stages add up to their blob run: the gaps between them are the loop that finds each stage's
-  // tasks and the trace's own recording, a few microseconds a stage. Stated tolerance: the stages
-  // cover the run less at most kGapPerStageUs per stage (the recording) and 2 % of it.
+  // Stages add up to their blob run: between two stages there is only the loop that finds a stage's
+  // tasks (the device records the spans after the program has run). Stated tolerance: the stages
+  // cover the run less at most kGapPerStageUs per stage and 2 % of it.
   size_t checked = 0;
   for (const Span& b : blobs) {
     double sum = 0;
@@ -115,12 +115,14 @@ TEST(TraceCli, RunWritesTraceEventJsonWhoseStagesAddUpToTheBlobRuns) {
   const auto in_some_stage = [&](const Span& c) {
     return std::any_of(stages.begin(), stages.end(), [&](const Span& s) { return c.ts >= s.ts - 0.002 && c.ts <= s.end() + 0.002; });
   };
-  size_t on_workers = 0;
+  // Chunks run on the device's caller (the queue thread) or its worker; on a busy machine the pool
+  // may run a while on the caller alone (worker_pool.h), so the worker is not required to appear.
   for (const Span& c : chunks) {
     EXPECT_TRUE(in_some_stage(c)) << "chunks at " << c.ts;
-    on_workers += thread_names.count(c.tid) && thread_names[c.tid].starts_with("cpu worker");
+    ASSERT_TRUE(thread_names.count(c.tid)) << "chunks on an unnamed thread " << c.tid;
+    const std::string& who = thread_names[c.tid];
+    EXPECT_TRUE(who == "driver queue (device caller)" || who.starts_with("cpu worker")) << who;
   }
-  EXPECT_GT(on_workers, 0u) << "no stage ran on the second thread";
 }
 
 TEST(TraceCli, TheRingKeepsTheNewestSpansAndABadPathIsAWarning) {

@@ -298,7 +298,16 @@ main(async () => {
   await sleep(300);
   const rssAgain = rssKiB();
   console.log(`  ${JSON.stringify({ rss_after_repeat_kib: rssAgain })}`);
-  if (rssAfter !== null && rssAgain !== null)
-    assert.ok(rssAgain - rssAfter < RSS_REPEAT_KIB, `RSS grew from ${rssAfter} to ${rssAgain} KiB on a repeat of the heaviest case`);
+  if (rssAfter !== null && rssAgain !== null && rssAgain - rssAfter >= RSS_REPEAT_KIB) {
+    // A repeat may land on HTTP threads whose malloc arenas had not held such bodies yet (seen
+    // under parallel ctest load: +19.5 and +19.8 MiB once each); a leak grows again on the next
+    // repeat by as much, reused memory does not.
+    await during('huge stop lists (a third time)', hugeStops);
+    await sleep(300);
+    const rssThird = rssKiB();
+    console.log(`  ${JSON.stringify({ rss_after_second_repeat_kib: rssThird })}`);
+    assert.ok(rssThird - rssAgain < RSS_REPEAT_KIB,
+      `RSS grew from ${rssAfter} to ${rssAgain} and then to ${rssThird} KiB on repeats of the heaviest case`);
+  }
   assert.ok(s.connections.open <= 2, `connections still open: ${JSON.stringify(s.connections)}`);
 });

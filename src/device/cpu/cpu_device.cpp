@@ -353,6 +353,8 @@ class CpuDevice final : public device::Device {
   }
 
   void execute(const device::Program& prog) override {
+    traced_.clear();
+    if (trace::on()) traced_.reserve(prog.n_barriers);
     size_t first = 0;
     for (size_t stage = 0; stage < prog.n_barriers; ++stage) {
       size_t last = first;
@@ -360,6 +362,18 @@ class CpuDevice final : public device::Device {
       run_stage(prog.tasks + first, last - first, stage);
       first = last;
     }
+    // The stages' spans, recorded once the program has run, so that between two stages there is
+    // only this loop, not the recording (which a preempted thread would stretch into a gap).
+    for (TracedStage& t : traced_) {
+      trace::span("device", t.name, t.t0, t.end, std::move(t.args));
+      if (t.prepared - t.t0 > 1000) trace::span("device", "prepare", t.t0, t.prepared);
+      for (size_t w = 0; w < t.first.size(); ++w) {
+        if (t.first[w] < 0) continue;
+        trace::span_on(t.tid[w], "device", "chunks", t.first[w], t.last[w], fmt::format(R"({{"chunks":{}}})", t.chunks[w]));
+        trace::span_on(t.tid[w], "device", "barrier wait", t.last[w], std::max(t.last[w], t.ran));
+      }
+    }
+    traced_.clear();
   }
 
  private:
@@ -581,27 +595,29 @@ class CpuDevice final : public device::Device {
     if (tracing && n > 0) trace_stage(tasks, n, stage, parallel, kind, trace_t0, trace_prepared, trace_ran);
   }
 
-  // The trace of one stage (common/trace.h): the stage on this thread, from its start to its end;
-  // inside it the preparation of its activations (prologues, quantisation) where there was any;
-  // and on each thread that ran chunks, the chunks (first start to last end) and the wait from its
-  // last chunk to the stage's end (the barrier).
+  // A traced stage (common/trace.h), kept until the program has run (execute): the stage on this
+  // thread, from its start to its end; inside it the preparation of its activations (prologues,
+  // quantisation) where there was any; and on each thread that ran chunks, the chunks (first start
+  // to last end) and the wait from its last chunk to the stage's end (the barrier).
   void trace_stage(const TaskDesc* tasks, size_t n, size_t stage, bool parallel, const std::string& kind, int64_t t0,
                    int64_t prepared, int64_t ran) {
-    const int64_t end = trace::now_ns();
-    std::string args = fmt::format(R"({{"stage":{},"tasks":{},"parallel":{})", stage, n, parallel);
+    TracedStage t;
+    t.name = blob::op_name(tasks[0].op);
+    t.args = fmt::format(R"({{"stage":{},"tasks":{},"parallel":{})", stage, n, parallel);
     if (tasks[0].op == static_cast<uint32_t>(OpCode::MoeMatMul))
-      args += fmt::format(R"(,"rows":{},"experts":{})", tasks[0].dim[0], tasks[0].dim[4]);
+      t.args += fmt::format(R"(,"rows":{},"experts":{})", tasks[0].dim[0], tasks[0].dim[4]);
     else if (!kind.empty())
-      args += fmt::format(R"(,"rows":{},"reads":"{}")", tasks[0].dim[0], kind);
-    args += "}";
-    trace::span("device", blob::op_name(tasks[0].op), t0, end, std::move(args));
-    if (prepared - t0 > 1000) trace::span("device", "prepare", t0, prepared);
-    for (size_t w = 0; w < trace_first_.size(); ++w) {
-      if (trace_first_[w] < 0) continue;
-      trace::span_on(trace_tid_[w], "device", "chunks", trace_first_[w], trace_last_[w],
-                     fmt::format(R"({{"chunks":{}}})", trace_chunks_[w]));
-      trace::span_on(trace_tid_[w], "device", "barrier wait", trace_last_[w], std::max(trace_last_[w], ran));
-    }
+      t.args += fmt::format(R"(,"rows":{},"reads":"{}")", tasks[0].dim[0], kind);
+    t.args += "}";
+    t.t0 = t0;
+    t.prepared = prepared;
+    t.ran = ran;
+    t.first = trace_first_;
+    t.last = trace_last_;
+    t.chunks = trace_chunks_;
+    t.tid = trace_tid_;
+    t.end = trace::now_ns();
+    traced_.push_back(std::move(t));
   }
 
   // The expert slabs the stage's MoeMatMul tasks read: one per expert that has rows in the table.
@@ -707,6 +723,13 @@ class CpuDevice final : public device::Device {
   // A traced stage's chunks per worker: first start, last end (now_ns), count, and trace thread id.
   std::vector<int64_t> trace_first_, trace_last_, trace_chunks_;
   std::vector<uint32_t> trace_tid_;
+  struct TracedStage {
+    std::string name, args;
+    int64_t t0 = 0, prepared = 0, ran = 0, end = 0;
+    std::vector<int64_t> first, last, chunks;
+    std::vector<uint32_t> tid;
+  };
+  std::vector<TracedStage> traced_;  // this program's stages so far (execute)
 };
 
 }  // namespace
