@@ -40,6 +40,7 @@ struct ServeOptions {
   bool print_memory = false;
   std::string spec = "off";  // --spec lookup: speculative decoding for every request that allows it
   int64_t spec_k = 7;
+  bool spec_k_given = false;  // --spec-k was on the command line
 };
 
 std::string mib(int64_t bytes) { return fmt::format("{:.1f} MiB", static_cast<double>(bytes) / (1 << 20)); }
@@ -99,6 +100,7 @@ int serve(const ServeOptions& o) {
     ::setrlimit(RLIMIT_NOFILE, &nofile);
   }
 
+  if (o.spec_k_given && o.spec != "lookup") fail("--spec-k needs --spec lookup (speculative decoding is off)");
   PipelineConfig pc = o.go.pipeline_config();
   if (o.spec == "lookup") pc.spec_max_k = o.spec_k;  // verify blobs of up to spec_k + 1 rows
   if (o.print_memory) {
@@ -264,7 +266,8 @@ void add_serve(CLI::App& app, Actions& actions) {
       ->check(CLI::IsMember({"off", "lookup"}));
   cmd->add_option("--spec-k", o->spec_k, "speculative decoding: the most guesses one verify step checks (adaptive below it)")
       ->capture_default_str()
-      ->check(CLI::Range(1, 63));
+      ->check(CLI::Range(1, 63))
+      ->each([o](const std::string&) { o->spec_k_given = true; });
   cmd->add_option("--chat-template", o->go.chat_template,
                   "chat template: a built-in name (llama2, llama3, chatml, mistral, zephyr, phi3, ...), a file, or Jinja source; default: the model's own");
   actions.push_back([cmd, o]() -> int { return cmd->parsed() ? serve(*o) : -1; });

@@ -48,6 +48,7 @@ struct RuntimeOptions {
 struct TraceOptions {
   std::string file;
   size_t events = 250'000;
+  bool events_given = false;  // --trace-events was on the command line
 };
 TraceOptions& trace_options();
 // Writes the trace to --trace's file, if given, saying where on stderr (errors are reported, not thrown).

@@ -28,6 +28,10 @@ int main(int argc, char** argv) {
   } catch (const CLI::ParseError& e) {
     return app.exit(e);
   }
+  if (npullm::cli::trace_options().file.empty() && npullm::cli::trace_options().events_given) {
+    fmt::print(stderr, "npullm: error: --trace-events needs --trace FILE (no trace is recorded without it)\n");
+    return 1;
+  }
   if (!npullm::cli::trace_options().file.empty()) {
     npullm::trace::start(npullm::cli::trace_options().events);
     npullm::trace::name_thread("main");

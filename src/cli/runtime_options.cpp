@@ -59,7 +59,8 @@ void RuntimeOptions::add_to(CLI::App* cmd) {
                   "(serve: also on SIGUSR1): blob runs, stages per thread, barrier waits, scheduler steps, requests");
   cmd->add_option("--trace-events", trace_options().events, "spans the trace keeps, the newest (about 800 per token of a 22-layer model)")
       ->capture_default_str()
-      ->check(CLI::Range(size_t{1}, size_t{10'000'000}));  // (about 100 bytes each, held in memory)
+      ->check(CLI::Range(size_t{1}, size_t{10'000'000}))  // (about 100 bytes each, held in memory)
+      ->each([](const std::string&) { trace_options().events_given = true; });
   cmd->add_flag("--no-huge-pages", no_huge_pages,
                 "map weights from the model and packed files (shared page cache, lower RSS) instead of copying them "
                 "into memory on 2 MiB transparent huge pages, which decodes faster");

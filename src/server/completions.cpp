@@ -136,8 +136,6 @@ void HttpServer::Impl::generate(const httplib::Request& req, httplib::Response& 
   if (opt.spec_k > 0 && r.gen.structured.kind == StructuredOutput::Kind::None) {
     sp.mode = SpecMode::Lookup;
     sp.max_k = opt.spec_k;
-  } else {
-    sp.prediction.clear();  // (refused above where it mattered)
   }
   if (!r.has_seed) r.gen.seed = fresh_seed();
 

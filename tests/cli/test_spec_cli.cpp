@@ -39,6 +39,10 @@ TEST(SpecCli, RunWithLookupOrAPredictionGivesTheGreedyTextAndCountsItsGuesses) {
   const Proc bad = test::run_npullm(base + " --spec draft");
   EXPECT_NE(bad.rc, 0);
   EXPECT_NE(bad.err.find("--draft-model"), std::string::npos) << bad.err;
+  // serve's --spec-k without --spec lookup would change nothing: refused before the model loads.
+  const Proc serve_k = test::run_npullm("serve -m " + test::shared_path(test::kStoriesModel) + " --port 0 --spec-k 3");
+  EXPECT_EQ(serve_k.rc, 1);
+  EXPECT_NE(serve_k.err.find("--spec-k needs --spec lookup"), std::string::npos) << serve_k.err;
 }
 
 TEST(SpecCli, BenchSpecReportsVerifyCostAcceptanceAndSpeed) {

@@ -135,6 +135,10 @@ TEST(TraceCli, TheRingKeepsTheNewestSpansAndABadPathIsAWarning) {
                                     " -p 'Once' -n 4 --temp 0 --no-cache --trace /nonexistent-dir/trace.json");
   EXPECT_EQ(bad.rc, 0) << bad.err;  // the text was generated; the trace could not be saved
   EXPECT_NE(bad.err.find("cannot write '/nonexistent-dir/trace.json'"), std::string::npos) << bad.err;
+  // --trace-events alone would record nothing: refused, naming what it needs.
+  const Proc alone = test::run_npullm("run -m " + test::shared_path(test::kStoriesModel) + " -p 'Once' -n 4 --trace-events 10");
+  EXPECT_EQ(alone.rc, 1);
+  EXPECT_NE(alone.err.find("--trace-events needs --trace"), std::string::npos) << alone.err;
 }
 
 }  // namespace
