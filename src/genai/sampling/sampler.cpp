@@ -50,7 +50,7 @@ void block_maxima(std::span<const float> logits, std::vector<float>& out) {
   }
 }
 
-thread_local std::vector<float> t_maxima;
+thread_local std::vector<float> t_maxima, t_tops;
 
 }  // namespace
 
@@ -100,7 +100,8 @@ void top_logits(std::span<const float> logits, size_t k, std::vector<std::pair<f
   // best values are all >= it: only blocks whose maximum reaches it can hold one.
   float floor = -std::numeric_limits<float>::infinity();
   if (bm.size() > k) {
-    std::vector<float> tops(bm.begin(), bm.end());
+    std::vector<float>& tops = t_tops;  // (scratch kept per thread: no allocation a token)
+    tops.assign(bm.begin(), bm.end());
     std::nth_element(tops.begin(), tops.begin() + static_cast<long>(k - 1), tops.end(), std::greater<float>());
     floor = tops[k - 1];
   }
