@@ -287,7 +287,7 @@ class CpuDevice final : public device::Device {
     const std::string isa = kernel_isa();
     if (isa != "avx512" && isa != "amx") return {};
     return {GgmlType::Q4_0, GgmlType::Q4_1, GgmlType::Q5_0, GgmlType::Q5_1, GgmlType::Q8_0,
-            GgmlType::Q4_K, GgmlType::Q5_K, GgmlType::Q6_K};
+            GgmlType::Q4_K, GgmlType::Q5_K, GgmlType::Q6_K, GgmlType::MXFP4};
   }
   int threads() const override { return pool_.threads(); }
   Counters counters() const override {
