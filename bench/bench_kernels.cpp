@@ -294,7 +294,7 @@ void BM_PrefillIsa(benchmark::State& st, std::string isa, GgmlType t, int64_t M,
 // there); the values differ from the row-major run's, the work does not.
 void BM_AttentionDecode(benchmark::State& st, int64_t C, bool cold, bool head_major, GgmlType kv) {
   const int64_t H = 32, Hkv = 4, hd = 64;
-  std::vector<float> q(static_cast<size_t>(H * hd)), out(q.size()), work(static_cast<size_t>(cpu::attention_work_floats(C)));
+  std::vector<float> q(static_cast<size_t>(H * hd)), out(q.size()), work(static_cast<size_t>(cpu::attention_work_floats(C, hd)));
   std::vector<float> kf(static_cast<size_t>(C * Hkv * hd));
   for (size_t i = 0; i < q.size(); ++i) q[i] = static_cast<float>((i * 7919) % 97) / 97.0f - 0.5f;
   for (size_t i = 0; i < kf.size(); ++i) kf[i] = static_cast<float>((i * 104729) % 89) / 89.0f - 0.5f;

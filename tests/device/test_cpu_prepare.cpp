@@ -39,10 +39,11 @@ TEST(CpuPrepare, RefusesAbsurdDimensions) {
   std::string err = prepare_error(task(OpCode::Attention, {1, 8, 8, 64, int64_t{1} << 40, int64_t{1} << 40}));
   EXPECT_NE(err.find("task 0 (Attention) has dimension 4 = 1099511627776, outside 0..2147483648"), std::string::npos) << err;
   // Dimensions that fit, but a scratch per thread that does not: a 2^21-wide MatMul (16 rows of
-  // it), attention over 4M rows (8 heads of scores).
+  // it), attention over 8M rows of 256-wide heads (each block of 256 keys keeps a partial output
+  // per head: 8 x 258 floats).
   err = prepare_error(task(OpCode::MatMul, {1, int64_t{1} << 21, 16}));
   EXPECT_NE(err.find("floats of scratch per thread, more than the 16777216"), std::string::npos) << err;
-  err = prepare_error(task(OpCode::Attention, {1, 8, 8, 64, int64_t{1} << 22, int64_t{1} << 22}));
+  err = prepare_error(task(OpCode::Attention, {1, 8, 8, 256, int64_t{1} << 23, int64_t{1} << 23}));
   EXPECT_NE(err.find("floats of scratch per thread"), std::string::npos) << err;
   // Activations of 2^20 x 2^20 floats, which a MatMul with a prologue copies per stage.
   err = prepare_error(task(OpCode::MatMul, {int64_t{1} << 20, int64_t{1} << 20, 16}));

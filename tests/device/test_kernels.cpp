@@ -829,7 +829,8 @@ AttnProblem make_attention(int64_t S, int64_t H, int64_t Hkv, int64_t hd, int64_
   return p;
 }
 
-std::vector<double> reference_attention(const AttnProblem& p, float scale) {
+// sinks: null, or a logit per head that joins the softmax's sum (a key with no value).
+std::vector<double> reference_attention(const AttnProblem& p, float scale, const float* sinks = nullptr) {
   std::vector<double> out(p.S * p.H * p.hd, 0.0);
   const int64_t group = p.H / p.Hkv;
   for (int64_t s = 0; s < p.S; ++s)
@@ -845,7 +846,8 @@ std::vector<double> reference_attention(const AttnProblem& p, float scale) {
         mx = std::max(mx, sc[t]);
       }
       if (mx == -INFINITY) continue;
-      double sum = 0.0;
+      if (sinks) mx = std::max(mx, double(sinks[h]));
+      double sum = sinks ? std::exp(sinks[h] - mx) : 0.0;
       for (int64_t t = 0; t < p.C; ++t) sum += (sc[t] = std::exp(sc[t] - mx));
       for (int64_t t = 0; t < p.C; ++t)
         for (int64_t i = 0; i < p.hd; ++i)
@@ -857,7 +859,7 @@ std::vector<double> reference_attention(const AttnProblem& p, float scale) {
 std::vector<float> run_attention(const AttnProblem& p, float scale, const std::vector<int64_t>& cuts,
                                  bool with_mask = true) {
   std::vector<float> out(p.S * p.H * p.hd, -7.0f);
-  std::vector<float> work(attention_work_floats(p.C) + 1);
+  std::vector<float> work(attention_work_floats(p.C, p.hd) + 1);
   for (size_t i = 0; i + 1 < cuts.size(); ++i)
     attention(p.q.data(), p.k.data(), p.kt, p.v.data(), p.vt, with_mask ? p.mask.data() : nullptr, out.data(),
               p.H, p.Hkv, p.hd, p.C, 0, scale, cuts[i], cuts[i + 1], work.data());
@@ -866,7 +868,9 @@ std::vector<float> run_attention(const AttnProblem& p, float scale, const std::v
 
 TEST_P(KernelIsa, AttentionMatchesReference) {
   struct Shape { int64_t S, H, Hkv, hd, C; };
-  const Shape shapes[] = {{1, 2, 2, 4, 1}, {3, 8, 2, 32, 19}, {4, 4, 4, 20, 40}, {2, 6, 3, 64, 7}, {5, 8, 1, 13, 70}};
+  // (C 1,000: four blocks of keys, merged)
+  const Shape shapes[] = {{1, 2, 2, 4, 1}, {3, 8, 2, 32, 19}, {4, 4, 4, 20, 40}, {2, 6, 3, 64, 7}, {5, 8, 1, 13, 70},
+                          {2, 8, 2, 64, 1000}};
   uint32_t seed = 500;
   for (const Shape& sh : shapes)
     for (GgmlType kt : {GgmlType::F32, GgmlType::F16})
@@ -892,37 +896,44 @@ TEST_P(KernelIsa, AttentionMatchesReference) {
 // A ring of K/V rows (a sliding-window layer's): position q in row q mod R. Visited from the row of
 // a multiple of 16 at or before the first visible position, the window's keys give the same bits
 // as the same keys at rows q of a longer window (each key sums in the lane q mod 16, in the same
-// order), for every K/V type and wherever the window wraps.
+// order, and in the same blocks of keys: both start their blocks at that multiple of 16), for
+// every K/V type and wherever the window wraps; also for a window of several blocks whose first
+// visible position is not on a block boundary of the longer window.
 TEST_P(KernelIsa, AttentionOverARingGivesTheBitsOfTheFullWindow) {
-  const int64_t H = 4, Hkv = 2, hd = 64, n_swa = 20, R = 48, C = 112;
+  struct Config { int64_t n_swa, R, C; std::vector<int64_t> positions; };
+  const Config configs[] = {{20, 48, 112, {5, 20, 47, 48, 60, 77, 95, 100}}, {600, 624, 1400, {300, 700, 1000, 1399}}};
+  const int64_t H = 4, Hkv = 2, hd = 64;
   uint32_t seed = 9000;
-  for (GgmlType kt : kKvTypesForRing)
-    for (GgmlType vt : kKvTypesForRing)
-      for (int64_t p : {5, 20, 47, 48, 60, 77, 95, 100}) {  // the query's position
-        SCOPED_TRACE("position " + std::to_string(p) + " k=" + std::string(ggml_type_name(kt)) + " v=" + std::string(ggml_type_name(vt)));
-        AttnProblem full = make_attention(1, H, Hkv, hd, C, kt, vt, seed += 3);
-        const int64_t from = std::max<int64_t>(0, p - n_swa + 1);
-        std::fill(full.mask.begin(), full.mask.end(), -kInf);
-        for (int64_t q = from; q <= p; ++q) full.mask[q] = 0.0f;
-        // The ring holds the last R positions up to p; other rows hold older garbage (masked).
-        AttnProblem ring = full;
-        ring.C = R;
-        const size_t krow = ggml_row_bytes(kt, Hkv * hd), vrow = ggml_row_bytes(vt, Hkv * hd);
-        ring.k.assign(R * krow, 0x55);
-        ring.v.assign(R * vrow, 0x11);
-        ring.mask.assign(R, -kInf);
-        for (int64_t q = std::max<int64_t>(0, p - R + 1); q <= p; ++q) {
-          std::memcpy(ring.k.data() + (q % R) * krow, full.k.data() + q * krow, krow);
-          std::memcpy(ring.v.data() + (q % R) * vrow, full.v.data() + q * vrow, vrow);
-          if (q >= from) ring.mask[q % R] = 0.0f;
+  for (const Config& cf : configs)
+    for (GgmlType kt : kKvTypesForRing)
+      for (GgmlType vt : kKvTypesForRing)
+        for (int64_t p : cf.positions) {  // the query's position
+          const int64_t n_swa = cf.n_swa, R = cf.R, C = cf.C;
+          SCOPED_TRACE("position " + std::to_string(p) + " window " + std::to_string(n_swa) + " k=" + std::string(ggml_type_name(kt)) +
+                       " v=" + std::string(ggml_type_name(vt)));
+          AttnProblem full = make_attention(1, H, Hkv, hd, C, kt, vt, seed += 3);
+          const int64_t from = std::max<int64_t>(0, p - n_swa + 1);
+          std::fill(full.mask.begin(), full.mask.end(), -kInf);
+          for (int64_t q = from; q <= p; ++q) full.mask[q] = 0.0f;
+          // The ring holds the last R positions up to p; other rows hold older garbage (masked).
+          AttnProblem ring = full;
+          ring.C = R;
+          const size_t krow = ggml_row_bytes(kt, Hkv * hd), vrow = ggml_row_bytes(vt, Hkv * hd);
+          ring.k.assign(R * krow, 0x55);
+          ring.v.assign(R * vrow, 0x11);
+          ring.mask.assign(R, -kInf);
+          for (int64_t q = std::max<int64_t>(0, p - R + 1); q <= p; ++q) {
+            std::memcpy(ring.k.data() + (q % R) * krow, full.k.data() + q * krow, krow);
+            std::memcpy(ring.v.data() + (q % R) * vrow, full.v.data() + q * vrow, vrow);
+            if (q >= from) ring.mask[q % R] = 0.0f;
+          }
+          const float scale = 0.125f;
+          const std::vector<float> want = run_attention(full, scale, {0, H});
+          std::vector<float> got(H * hd, -7.0f), work(attention_work_floats(R, hd) + 1);
+          attention(ring.q.data(), ring.k.data(), kt, ring.v.data(), vt, ring.mask.data(), got.data(), H, Hkv, hd, R, from / 16 * 16 % R,
+                    scale, 0, H, work.data());
+          for (size_t i = 0; i < got.size(); ++i) ASSERT_TRUE(same_bits(got[i], want[i])) << "element " << i;
         }
-        const float scale = 0.125f;
-        const std::vector<float> want = run_attention(full, scale, {0, H});
-        std::vector<float> got(H * hd, -7.0f), work(attention_work_floats(R) + 1);
-        attention(ring.q.data(), ring.k.data(), kt, ring.v.data(), vt, ring.mask.data(), got.data(), H, Hkv, hd, R, from / 16 * 16 % R,
-                  scale, 0, H, work.data());
-        for (size_t i = 0; i < got.size(); ++i) ASSERT_TRUE(same_bits(got[i], want[i])) << "element " << i;
-      }
 }
 
 // Heads sharing a K/V head are taken up to 8 at a time (each K/V row read once for all of them);
@@ -1008,6 +1019,35 @@ TEST_P(KernelIsa, AttentionWithoutMaskAndEmptyCache) {
   AttnProblem e = make_attention(1, 2, 1, 8, 0, GgmlType::F32, GgmlType::F32, 3);
   const std::vector<float> zeros = run_attention(e, 1.0f, {0, 2});
   for (float f : zeros) ASSERT_EQ(f, 0.0f);
+}
+
+// Attention sinks (gpt-oss: a logit per head in the softmax's sum, a key with no value) over one
+// and several blocks of keys, with the first keys masked (blocks then start at the first visible
+// key): within float error of a double-precision softmax with the sink, and each head's bits the
+// same grouped or alone, for each K/V type; a sink far above every score leaves almost nothing.
+TEST_P(KernelIsa, AttentionSinksJoinTheSoftmaxOverEveryBlock) {
+  const int64_t H = 8, Hkv = 2, hd = 64;
+  uint32_t seed = 61000;
+  for (int64_t C : {int64_t{40}, int64_t{700}})
+    for (GgmlType kv : kKvTypesForRing) {
+      SCOPED_TRACE("C=" + std::to_string(C) + " kv=" + std::string(ggml_type_name(kv)));
+      AttnProblem p = make_attention(1, H, Hkv, hd, C, kv, kv, seed += 5);
+      for (int64_t t = 0; t < C; ++t) p.mask[t] = t < C / 3 ? -kInf : 0.0f;
+      const std::vector<float> sinks = {-3.0f, 0.0f, 1.5f, 4.0f, -20.0f, 2.0f, 0.5f, 60.0f};
+      const float scale = 0.125f;
+      const std::vector<double> want = reference_attention(p, scale, sinks.data());
+      std::vector<float> grouped(H * hd, -7.0f), alone(H * hd, -7.0f), work(attention_work_floats(C, hd) + 1);
+      attention(p.q.data(), p.k.data(), kv, p.v.data(), kv, p.mask.data(), grouped.data(), H, Hkv, hd, C, 0, scale, 0, H,
+                work.data(), sinks.data());
+      for (int64_t r = 0; r < H; ++r)
+        attention(p.q.data(), p.k.data(), kv, p.v.data(), kv, p.mask.data(), alone.data(), H, Hkv, hd, C, 0, scale, r, r + 1,
+                  work.data(), sinks.data());
+      for (size_t i = 0; i < grouped.size(); ++i) {
+        ASSERT_NEAR(grouped[i], want[i], 2e-5) << "element " << i;
+        ASSERT_TRUE(same_bits(grouped[i], alone[i])) << "element " << i;
+      }
+      for (int64_t i = 7 * hd; i < 8 * hd; ++i) EXPECT_LT(std::fabs(grouped[static_cast<size_t>(i)]), 1e-20f);
+    }
 }
 
 // ---- K/V cache types (F32, F16, Q8_0) against F32 -------------------------------------------

@@ -100,7 +100,9 @@ TEST(MoeKernels, TableGroupsRowsByExpertInTokenOrder) {
     ASSERT_LE(r.t.first[e], r.t.first[e + 1]);
     for (int64_t row = r.t.first[e]; row < r.t.first[e + 1]; ++row) {
       EXPECT_EQ(r.t.id[r.t.pair[row]], e);
-      if (row > r.t.first[e]) EXPECT_LT(r.t.pair[row - 1], r.t.pair[row]);
+      if (row > r.t.first[e]) {
+        EXPECT_LT(r.t.pair[row - 1], r.t.pair[row]);
+      }
     }
   }
   for (int64_t p = 0; p < T; ++p) EXPECT_EQ(r.t.pair[r.t.row[p]], p);

@@ -159,8 +159,8 @@ constexpr int64_t kDecodeRows = 16;
 // dimensions (execute() sizes the stage's activation copies from them too), so a damaged or
 // hostile blob with a dimension of 2^40 would have the device allocate without end (or overflow
 // the sizes it computes). No model comes near these: the largest per-thread scratch (attention
-// over 128k rows, 8 heads at once) is 1M floats, and a prefill MatMul's activations (512 rows of a
-// 28,672-wide FFN) are 15M floats. Element counts of whole tensors (an Add, the logits of every
+// over 128k rows of 128-wide heads, 8 at once: a block's scores and each block's partial state)
+// is 0.5M floats, and a prefill MatMul's activations (512 rows of a 28,672-wide FFN) are 15M floats. Element counts of whole tensors (an Add, the logits of every
 // row of a chunk) may be large, so a single dimension is only kept where its products stay exact.
 constexpr int64_t kMaxDim = int64_t{1} << 31;               // any one dimension of a task
 constexpr int64_t kMaxWorkFloats = int64_t{1} << 24;        // one thread's scratch (64 MiB)
@@ -321,7 +321,7 @@ class CpuDevice final : public device::Device {
                ggml_type_name(ty(t, 0)), t.dim[1], t.iparam[0]);
       }
       if (t.op == static_cast<uint32_t>(OpCode::Attention)) {
-        need = std::max(need, attention_work_floats(t.dim[4]));
+        need = std::max(need, attention_work_floats(t.dim[4], t.dim[3]));
         if (t.dim[4] < 0 || t.dim[5] < t.dim[4])
           fail("cpu device: task {} (Attention) attends {} rows of K/V tensors of {}", i, t.dim[4], t.dim[5]);
       }

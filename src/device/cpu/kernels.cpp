@@ -613,7 +613,7 @@ MatmulActivations matmul_activations(GgmlType wt) {
   }
 }
 
-int64_t attention_work_floats(int64_t C) { return C > 0 ? C * detail::kGroupHeads : 0; }  // scores of the heads taken together
+int64_t attention_work_floats(int64_t C, int64_t hd) { return detail::attn_work_floats_for(C, hd); }
 
 int64_t prequantized_x_bytes(GgmlType wt, int64_t M, int64_t K) {
   if (!detail::int8_supported(wt) || M <= 0 || K <= 0 || K % detail::unit_elems(wt) != 0) return 0;
@@ -688,7 +688,7 @@ void attention(const float* q, const void* k, GgmlType k_type, const void* v, Gg
   if (hd <= 0 || C < 0) fail("attention: bad head size {} or cache length {}", hd, C);
   if ((k_type == GgmlType::Q8_0 || v_type == GgmlType::Q8_0) && hd % 32 != 0)
     fail("attention: a Q8_0 K/V cache needs a head size that is a multiple of 32, got {}", hd);
-  if (C > 0 && work == nullptr) fail("attention: needs a work buffer of {} floats", C);
+  if (C > 0 && work == nullptr) fail("attention: needs a work buffer of {} floats", attention_work_floats(C, hd));
   if (rot < 0 || (rot > 0 && rot >= C)) fail("attention: ring start {} outside a window of {} rows", rot, C);
   active().attention(q, k, k_type, v, v_type, mask, out, H, Hkv, hd, C, rot, scale, r0, r1, work, sinks);
 }

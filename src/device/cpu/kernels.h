@@ -101,7 +101,7 @@ void geglu(const float* gate, const float* up, float* out, int64_t i0, int64_t i
 // out[s,h,:] = sum_t p[t] v[t,g,:], p = softmax_t(scale * q[s,h,:].k[t,g,:] + mask[s,t]),
 // g = h / (H / Hkv). k, v are [C, Hkv, hd] of type F32, F16 or Q8_0 (hd a multiple of 32; each
 // head is hd / 32 blocks), read and widened to F32 in registers (no copy). A fully masked row gives
-// zeros. work: at least C floats. rot: the window is a ring whose keys are visited (summed) in the
+// zeros. work: attention_work_floats(C, hd) floats. rot: the window is a ring whose keys are visited (summed) in the
 // order rows rot, rot + 1, ..., C - 1, 0, ..., rot - 1 (0: in row order); mask[s, row] is by row.
 // With rot and C multiples of 16, a key's SIMD lane is its row mod 16 either way, so a ring visited
 // from its oldest row gives the same bits as the same keys in row order of a longer window.
@@ -115,9 +115,9 @@ void attention(const float* q, const void* k, GgmlType k_type, const void* v, Gg
 enum class MatmulActivations { F32, Q8_0, Q8_K };
 MatmulActivations matmul_activations(GgmlType wt);
 
-// Per-thread scratch a matmul with this K / an attention over C rows needs, in floats.
+// Per-thread scratch a matmul with this K / an attention over C rows of heads of hd needs, in floats.
 int64_t matmul_work_floats(int64_t K);
-int64_t attention_work_floats(int64_t C);
+int64_t attention_work_floats(int64_t C, int64_t hd);
 
 // What the dispatcher chose on this CPU ("amx", "avx512", "avx2" or "scalar"), for logs and bench.
 // "amx" is the avx512 path whose prefill matmul with Q8_0-style int8 activations (M > 4) runs on

@@ -106,9 +106,9 @@ struct Avx512Ops {
   template <GgmlType T>
   static bool attention_group(const float* q, const uint8_t* k, const uint8_t* v, const float* mrow, float* out,
                               int64_t n, int64_t Hkv, int64_t g, int64_t hd, int64_t C, int64_t rot, float scale,
-                              float* scores, const float* sinks) {
+                              float* work, const float* sinks) {
     if constexpr (T == GgmlType::F16 || T == GgmlType::Q8_0)
-      return attention_group_dispatch<Avx512Ops, T>(q, k, v, mrow, out, n, Hkv, g, hd, C, rot, scale, scores, sinks);
+      return attention_group_dispatch<Avx512Ops, T>(q, k, v, mrow, out, n, Hkv, g, hd, C, rot, scale, work, sinks);
     else
       return false;
   }

@@ -75,15 +75,15 @@ inline void attn_fetch(const uint8_t* p, int64_t n) {
     _mm_prefetch(reinterpret_cast<const char*>(l), _MM_HINT_T1);
 }
 
-// The first tiles a pass reads, which the fetches ahead in the pass's loop never cover: keys [0,
-// min(Ce, kAttnPrefetchTiles tiles)) of a group (rows from `rot` on, as the pass visits them), all
+// The first tiles a pass reads, which the fetches ahead in the pass's loop never cover: keys [t0,
+// min(Ce, t0 + kAttnPrefetchTiles tiles)) of a group (rows from `rot` on, as the pass visits them), all
 // at once. Before the scores and before the softmax (whose e^x then run while V's first rows come
 // in): AttentionDecodeCold/F16/1024 145-147 -> 134-135 us (Xeon, one thread, 2 runs of 7), warm
 // level; TinyLlama Q4_0 at depth 1,024 the attention stage 1.62 -> 1.50-1.56 ms a token, 3 pairs.
 template <class Head>
-inline void attn_fetch_start(const uint8_t* base, int64_t stride, int64_t C, int64_t Ce, int64_t rot) {
-  const int64_t n = Ce < kAttnPrefetchTiles * kAttnTile ? Ce : kAttnPrefetchTiles * kAttnTile;
-  for (int64_t t = 0; t < n; ++t) attn_fetch(base + attn_row(t, rot, C) * stride, Head::bytes);
+inline void attn_fetch_start(const uint8_t* base, int64_t stride, int64_t C, int64_t t0, int64_t Ce, int64_t rot) {
+  const int64_t n = Ce - t0 < kAttnPrefetchTiles * kAttnTile ? Ce - t0 : kAttnPrefetchTiles * kAttnTile;
+  for (int64_t t = t0; t < t0 + n; ++t) attn_fetch(base + attn_row(t, rot, C) * stride, Head::bytes);
 }
 
 // One key's dot products with the N heads' queries (q is [N, HD]), in attention_heads' order.
@@ -141,10 +141,11 @@ inline __m512 attn_reduce16(const float* lvl1) {
   return _mm512_permutexvar_ps(order, z);
 }
 
-// Heads [J0, J0 + NH) of the group, value vectors [D0, D0 + ND) of HD: out_j += p_jt v_t over the
-// keys in order, accumulators in registers across all keys.
+// Heads [J0, J0 + NH) of the group, value vectors [D0, D0 + ND) of HD: out_j = sum_t p_jt v_t over
+// the block's keys [tb, te) in order (scores: the block's, head j's key t at j * kAttnBlock + t - tb),
+// accumulators in registers across the keys.
 template <class Head, int N, int NV, int J0, int NH, int D0, int ND>
-inline void attn_value_pass(const uint8_t* vg, int64_t stride, int64_t C, int64_t Ce, int64_t rot,
+inline void attn_value_pass(const uint8_t* vg, int64_t stride, int64_t C, int64_t Ce, int64_t tb, int64_t te, int64_t rot,
                             const float* scores, const float (&inv)[N], const bool (&live)[N], float* out) {
   constexpr int HD = 16 * NV;
   bool all_live = true;
@@ -155,13 +156,13 @@ inline void attn_value_pass(const uint8_t* vg, int64_t stride, int64_t C, int64_
 #pragma GCC unroll 16
     for (int i = 0; i < ND; ++i) acc[j][i] = _mm512_setzero_ps();
   alignas(64) float pn[NH][kAttnTile];
-  for (int64_t t0 = 0; t0 < Ce; t0 += kAttnTile) {  // keys [0, Ce): past Ce every weight is 0
+  for (int64_t t0 = tb; t0 < te; t0 += kAttnTile) {  // the block's keys [tb, te): past Ce every weight is 0
     const int64_t row0 = attn_row(t0, rot, C);
-    if (all_live && t0 + kAttnTile <= Ce && row0 + kAttnTile <= C) {
+    if (all_live && t0 + kAttnTile <= te && row0 + kAttnTile <= C) {
       __mmask16 zero = 0;
 #pragma GCC unroll 16
       for (int j = 0; j < NH; ++j) {
-        const __m512 e = _mm512_loadu_ps(scores + (J0 + j) * C + t0);
+        const __m512 e = _mm512_loadu_ps(scores + (J0 + j) * kAttnBlock + t0 - tb);
         zero |= _mm512_cmp_ps_mask(e, _mm512_setzero_ps(), _CMP_EQ_OQ);
         _mm512_store_ps(pn[j], _mm512_mul_ps(e, _mm512_set1_ps(inv[J0 + j])));
       }
@@ -190,14 +191,14 @@ inline void attn_value_pass(const uint8_t* vg, int64_t stride, int64_t C, int64_
       }
     }
     // Key by key: a key of weight 0 adds nothing (and a key no head sees is not read).
-    const int64_t t1 = t0 + kAttnTile < Ce ? t0 + kAttnTile : Ce;
+    const int64_t t1 = t0 + kAttnTile < te ? t0 + kAttnTile : te;
     for (int64_t t = t0; t < t1; ++t) {
       const int64_t row = attn_row(t, rot, C);
       float p[NH];
       bool any = false;
 #pragma GCC unroll 16
       for (int j = 0; j < NH; ++j) {
-        p[j] = live[J0 + j] ? scores[(J0 + j) * C + t] : 0.0f;
+        p[j] = live[J0 + j] ? scores[(J0 + j) * kAttnBlock + t - tb] : 0.0f;
         any = any || p[j] != 0.0f;
       }
       if (!any) continue;
@@ -221,114 +222,132 @@ inline void attn_value_pass(const uint8_t* vg, int64_t stride, int64_t C, int64_
 // Passes over the values: all heads (up to 8) and as many vectors as make 16 accumulators or
 // fewer, so each V vector is widened once (8 heads of 64: two passes of 2 vectors).
 template <class Head, int N, int NV, int J0, int D0>
-inline void attn_value_passes(const uint8_t* vg, int64_t stride, int64_t C, int64_t Ce, int64_t rot,
+inline void attn_value_passes(const uint8_t* vg, int64_t stride, int64_t C, int64_t Ce, int64_t tb, int64_t te, int64_t rot,
                               const float* scores, const float (&inv)[N], const bool (&live)[N], float* out) {
   constexpr int NH = N - J0 < 8 ? N - J0 : 8;
   constexpr int ND = NV - D0 < 16 / NH ? NV - D0 : 16 / NH;
-  attn_value_pass<Head, N, NV, J0, NH, D0, ND>(vg, stride, C, Ce, rot, scores, inv, live, out);
-  if constexpr (D0 + ND < NV) attn_value_passes<Head, N, NV, J0, D0 + ND>(vg, stride, C, Ce, rot, scores, inv, live, out);
-  else if constexpr (J0 + NH < N) attn_value_passes<Head, N, NV, J0 + NH, 0>(vg, stride, C, Ce, rot, scores, inv, live, out);
+  attn_value_pass<Head, N, NV, J0, NH, D0, ND>(vg, stride, C, Ce, tb, te, rot, scores, inv, live, out);
+  if constexpr (D0 + ND < NV) attn_value_passes<Head, N, NV, J0, D0 + ND>(vg, stride, C, Ce, tb, te, rot, scores, inv, live, out);
+  else if constexpr (J0 + NH < N) attn_value_passes<Head, N, NV, J0 + NH, 0>(vg, stride, C, Ce, tb, te, rot, scores, inv, live, out);
 }
 
-// Group g's N heads: q and out are [N, HD], mrow the query's mask row (or null), scores N * C.
+// Group g's N heads: q and out are [N, HD], mrow the query's mask row (or null), work as AttnWork.
+// Block by block (kernels_impl.h: the blocks, their partial states and the merge, as
+// attention_one_row computes them).
 template <class Ops, GgmlType T, int N, int NV>
 void attention_group(const float* q, const uint8_t* k, const uint8_t* v, const float* mrow, float* out,
-                     int64_t Hkv, int64_t g, int64_t C, int64_t rot, float scale, float* scores, const float* sinks) {
+                     int64_t Hkv, int64_t g, int64_t C, int64_t rot, float scale, float* work, const float* sinks) {
   using Head = AttnHead<Ops, T, NV>;
   constexpr int64_t head = Head::bytes;  // bytes of one head in a K/V row
+  constexpr int64_t KB = kAttnBlock;
+  constexpr int64_t G = kGroupHeads;
   constexpr float kNegInf = -__builtin_inff();
   const int64_t stride = Hkv * head;
   const uint8_t* kg = k + g * head;
   const uint8_t* vg = v + g * head;
   const __m512 neg_inf = _mm512_set1_ps(kNegInf), scale_v = _mm512_set1_ps(scale);
-  __m512 mx[N];
-#pragma GCC unroll 16
-  for (int j = 0; j < N; ++j) mx[j] = neg_inf;
+  const AttnWork w = attn_work(work, C);
+  float* scores = w.scores;  // the block's: head j's key t at j * KB + t - tb
 
   // Keys past the last one the mask lets through are not visited: a generate variant larger than
   // the context (a short chat in a large capacity) otherwise walked every masked tile, stored its
   // scores, took their e^x and tested each key's weights (TinyLlama at depth 32 with C = 1,152: 0.6
   // ms a token). Their weights are exactly 0 (a masked key's score is -inf, never computed), so the
-  // sums and the bits are the same. Only without a ring (rot 0), where key order is row order.
+  // sums and the bits are the same, and a block with no key before Ce has no visible key (merged as
+  // nothing). Only without a ring (rot 0), where key order is row order.
   int64_t Ce = C;
   if (mrow && rot == 0) {
     while (Ce >= kAttnTile && _mm512_cmp_ps_mask(_mm512_loadu_ps(mrow + Ce - kAttnTile), neg_inf, _CMP_EQ_OQ) == 0xFFFF)
       Ce -= kAttnTile;
     while (Ce > 0 && mrow[Ce - 1] == kNegInf) --Ce;
   }
+  const int64_t first = attn_first_block_key(mrow, Ce, rot);
+  const int64_t nb = (Ce - first + KB - 1) / KB;
 
-  attn_fetch_start<Head>(kg, stride, C, Ce, rot);
+  // The first K rows; later blocks' first rows are fetched by the pass before them, which fetches
+  // ahead across the block's end (as far as Ce).
+  attn_fetch_start<Head>(kg, stride, C, first, Ce, rot);
   alignas(64) float lvl1[N][kAttnTile / 2][16];
-  for (int64_t t0 = 0; t0 < Ce; t0 += kAttnTile) {
-    const int64_t row0 = attn_row(t0, rot, C);
-    if (t0 + kAttnTile <= Ce && row0 + kAttnTile <= C) {
-      const __m512 mv = mrow ? _mm512_loadu_ps(mrow + row0) : _mm512_setzero_ps();
-      const __mmask16 masked = _mm512_cmp_ps_mask(mv, neg_inf, _CMP_EQ_OQ);
-      if (masked == 0xFFFF) {
+  for (int64_t b = 0; b < nb; ++b) {
+    const int64_t tb = first + b * KB, te = tb + KB < Ce ? tb + KB : Ce;
+    __m512 mx[N];
 #pragma GCC unroll 16
-        for (int j = 0; j < N; ++j) _mm512_storeu_ps(scores + j * C + t0, neg_inf);
-        continue;
-      }
-      if (masked == 0) {
-        const uint8_t* kt = kg + row0 * stride;
-        const bool fetch = row0 + (kAttnPrefetchTiles + 1) * kAttnTile <= Ce;
-        const int64_t ahead = (kAttnPrefetchTiles * kAttnTile) * stride;
-        for (int m = 0; m < kAttnTile / 2; ++m) {
-          if (fetch) {
-            attn_fetch(kt + ahead + 2 * m * stride, head);
-            attn_fetch(kt + ahead + (2 * m + 1) * stride, head);
-          }
-          __m512 a[N], b[N];
-          attn_key_dots2<Head, N, NV>(q, kt + 2 * m * stride, kt + (2 * m + 1) * stride, a, b);
+    for (int j = 0; j < N; ++j) mx[j] = neg_inf;
+    for (int64_t t0 = tb; t0 < te; t0 += kAttnTile) {
+      const int64_t row0 = attn_row(t0, rot, C);
+      float* st = scores + t0 - tb;
+      if (t0 + kAttnTile <= te && row0 + kAttnTile <= C) {
+        const __m512 mv = mrow ? _mm512_loadu_ps(mrow + row0) : _mm512_setzero_ps();
+        const __mmask16 masked = _mm512_cmp_ps_mask(mv, neg_inf, _CMP_EQ_OQ);
+        if (masked == 0xFFFF) {
 #pragma GCC unroll 16
-          for (int j = 0; j < N; ++j)  // i + 8: one key per 256-bit half
-            _mm512_store_ps(lvl1[j][m], _mm512_add_ps(_mm512_shuffle_f32x4(a[j], b[j], 0x44), _mm512_shuffle_f32x4(a[j], b[j], 0xEE)));
+          for (int j = 0; j < N; ++j) _mm512_storeu_ps(st + j * KB, neg_inf);
+          continue;
         }
+        if (masked == 0) {
+          const uint8_t* kt = kg + row0 * stride;
+          const bool fetch = row0 + (kAttnPrefetchTiles + 1) * kAttnTile <= Ce;
+          const int64_t ahead = (kAttnPrefetchTiles * kAttnTile) * stride;
+          for (int m = 0; m < kAttnTile / 2; ++m) {
+            if (fetch) {
+              attn_fetch(kt + ahead + 2 * m * stride, head);
+              attn_fetch(kt + ahead + (2 * m + 1) * stride, head);
+            }
+            __m512 a[N], bv[N];
+            attn_key_dots2<Head, N, NV>(q, kt + 2 * m * stride, kt + (2 * m + 1) * stride, a, bv);
+#pragma GCC unroll 16
+            for (int j = 0; j < N; ++j)  // i + 8: one key per 256-bit half
+              _mm512_store_ps(lvl1[j][m], _mm512_add_ps(_mm512_shuffle_f32x4(a[j], bv[j], 0x44), _mm512_shuffle_f32x4(a[j], bv[j], 0xEE)));
+          }
+#pragma GCC unroll 16
+          for (int j = 0; j < N; ++j) {
+            const __m512 sc = _mm512_fmadd_ps(scale_v, attn_reduce16(lvl1[j][0]), mv);  // scale * dot + mask
+            _mm512_storeu_ps(st + j * KB, sc);
+            mx[j] = _mm512_max_ps(sc, mx[j]);  // sc > mx ? sc : mx, lane by lane: a NaN score is never the max
+          }
+          continue;
+        }
+      }
+      const int64_t t1 = t0 + kAttnTile < te ? t0 + kAttnTile : te;
+      for (int64_t t = t0; t < t1; ++t) {
+        const int64_t row = attn_row(t, rot, C);
+        const float mval = mrow ? mrow[row] : 0.0f;
+        if (mval == kNegInf) {
+          for (int j = 0; j < N; ++j) scores[j * KB + t - tb] = kNegInf;
+          continue;
+        }
+        __m512 a[N];
+        attn_key_dots<Head, N, NV>(q, kg + row * stride, a);
 #pragma GCC unroll 16
         for (int j = 0; j < N; ++j) {
-          const __m512 sc = _mm512_fmadd_ps(scale_v, attn_reduce16(lvl1[j][0]), mv);  // scale * dot + mask
-          _mm512_storeu_ps(scores + j * C + t0, sc);
-          mx[j] = _mm512_max_ps(sc, mx[j]);  // sc > mx ? sc : mx, lane by lane: a NaN score is never the max
+          const float sc = scale * Ops::hsum(a[j]) + mval;
+          scores[j * KB + t - tb] = sc;
+          mx[j] = _mm512_max_ps(_mm512_set1_ps(sc), mx[j]);
         }
-        continue;
       }
     }
-    const int64_t t1 = t0 + kAttnTile < Ce ? t0 + kAttnTile : Ce;
-    for (int64_t t = t0; t < t1; ++t) {
-      const int64_t row = attn_row(t, rot, C);
-      const float mval = mrow ? mrow[row] : 0.0f;
-      if (mval == kNegInf) {
-        for (int j = 0; j < N; ++j) scores[j * C + t] = kNegInf;
-        continue;
-      }
-      __m512 a[N];
-      attn_key_dots<Head, N, NV>(q, kg + row * stride, a);
-#pragma GCC unroll 16
-      for (int j = 0; j < N; ++j) {
-        const float sc = scale * Ops::hsum(a[j]) + mval;
-        scores[j * C + t] = sc;
-        mx[j] = _mm512_max_ps(_mm512_set1_ps(sc), mx[j]);
-      }
-    }
-  }
 
-  // The value pass's first rows come in while the weights' e^x are taken.
-  attn_fetch_start<Head>(vg, stride, C, Ce, rot);
-  float inv[N];
-  bool live[N];
-  bool any_live = false;
-  for (int j = 0; j < N; ++j) {
-    float m = _mm512_reduce_max_ps(mx[j]);
-    live[j] = m != kNegInf;
-    const float sink = sinks ? sinks[j] : kNegInf;  // (as attention_one_row)
-    if (sink > m) m = sink;
-    inv[j] = live[j] ? 1.0f / (softmax_numerators<Ops>(scores + j * C, Ce, m) + (sinks ? std::exp(sink - m) : 0.0f)) : 0.0f;
-    any_live = any_live || live[j];
+    // The value pass's first rows come in while the weights' e^x are taken (later blocks': fetched
+    // by the pass before).
+    if (b == 0) attn_fetch_start<Head>(vg, stride, C, first, Ce, rot);
+    float inv[N];
+    bool live[N];
+    bool any_live = false;
+    for (int j = 0; j < N; ++j) {
+      const float m = _mm512_reduce_max_ps(mx[j]);
+      live[j] = m != kNegInf;
+      w.m[b * G + j] = m;
+      inv[j] = 0.0f;
+      if (!live[j]) continue;
+      const float total = softmax_numerators<Ops>(scores + j * KB, te - tb, m);
+      w.l[b * G + j] = total;
+      inv[j] = 1.0f / total;
+      any_live = true;
+    }
+    if (any_live) attn_value_passes<Head, N, NV, 0, 0>(vg, stride, C, Ce, tb, te, rot, scores, inv, live, w.o + b * G * 16 * NV);
   }
-  if (any_live) attn_value_passes<Head, N, NV, 0, 0>(vg, stride, C, Ce, rot, scores, inv, live, out);
-  for (int j = 0; j < N; ++j)  // a head that sees no key (fully masked, or a NaN query): zeros
-    if (!live[j])
-      for (int i = 0; i < 16 * NV; ++i) out[j * 16 * NV + i] = 0.0f;
+#pragma GCC unroll 1
+  for (int j = 0; j < N; ++j) attn_merge<Ops>(w, nb, j, 16 * NV, sinks ? sinks + j : nullptr, out + j * 16 * NV);
 }
 
 // attention_heads' hook (kernels_impl.h): the group when K and V are both T (F16 or Q8_0) and HD
@@ -336,16 +355,16 @@ void attention_group(const float* q, const uint8_t* k, const uint8_t* v, const f
 template <class Ops, GgmlType T>
 bool attention_group_dispatch(const float* q, const uint8_t* k, const uint8_t* v, const float* mrow, float* out,
                               int64_t n, int64_t Hkv, int64_t g, int64_t hd, int64_t C, int64_t rot, float scale,
-                              float* scores, const float* sinks) {
+                              float* work, const float* sinks) {
   auto run = [&]<int NV>() {
     switch (n) {
-      case 2: attention_group<Ops, T, 2, NV>(q, k, v, mrow, out, Hkv, g, C, rot, scale, scores, sinks); return true;
-      case 3: attention_group<Ops, T, 3, NV>(q, k, v, mrow, out, Hkv, g, C, rot, scale, scores, sinks); return true;
-      case 4: attention_group<Ops, T, 4, NV>(q, k, v, mrow, out, Hkv, g, C, rot, scale, scores, sinks); return true;
-      case 5: attention_group<Ops, T, 5, NV>(q, k, v, mrow, out, Hkv, g, C, rot, scale, scores, sinks); return true;
-      case 6: attention_group<Ops, T, 6, NV>(q, k, v, mrow, out, Hkv, g, C, rot, scale, scores, sinks); return true;
-      case 7: attention_group<Ops, T, 7, NV>(q, k, v, mrow, out, Hkv, g, C, rot, scale, scores, sinks); return true;
-      case 8: attention_group<Ops, T, 8, NV>(q, k, v, mrow, out, Hkv, g, C, rot, scale, scores, sinks); return true;
+      case 2: attention_group<Ops, T, 2, NV>(q, k, v, mrow, out, Hkv, g, C, rot, scale, work, sinks); return true;
+      case 3: attention_group<Ops, T, 3, NV>(q, k, v, mrow, out, Hkv, g, C, rot, scale, work, sinks); return true;
+      case 4: attention_group<Ops, T, 4, NV>(q, k, v, mrow, out, Hkv, g, C, rot, scale, work, sinks); return true;
+      case 5: attention_group<Ops, T, 5, NV>(q, k, v, mrow, out, Hkv, g, C, rot, scale, work, sinks); return true;
+      case 6: attention_group<Ops, T, 6, NV>(q, k, v, mrow, out, Hkv, g, C, rot, scale, work, sinks); return true;
+      case 7: attention_group<Ops, T, 7, NV>(q, k, v, mrow, out, Hkv, g, C, rot, scale, work, sinks); return true;
+      case 8: attention_group<Ops, T, 8, NV>(q, k, v, mrow, out, Hkv, g, C, rot, scale, work, sinks); return true;
       default: return false;
     }
   };

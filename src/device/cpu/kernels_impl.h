@@ -385,35 +385,129 @@ inline float softmax_numerators(float* scores, int64_t C, float mx) {
 // The cache row of the key visited t-th, keys visited from ring row rot (0 <= t, rot < C).
 inline int64_t attn_row(int64_t t, int64_t rot, int64_t C) { return t + rot < C ? t + rot : t + rot - C; }
 
+// ---- streamed attention: keys in blocks, partial softmax states merged in a fixed order ----------
+//
+// Keys are taken in blocks of kAttnBlock in key order (block b: keys [b KB, (b + 1) KB)). For each
+// head and block: m_b, the block's largest score (-inf when it has no visible key); numerators
+// e_t = e^(s_t - m_b) and their sum l_b (softmax_numerators' order); o_b = sum_t fma(v_t, e_t * (1 /
+// l_b), o_b) over the block's keys in order, a key of weight 0 skipped. attn_merge then gives
+// m = the largest m_b (and the sink's logit, if larger), s_b = l_b e^(m_b - m), L = sum_b s_b (+
+// e^(sink - m)), out = sum_b o_b (s_b / L), blocks in increasing order. Every path (one head, a
+// group of heads, an ISA's own layout) computes each block's (m_b, l_b, o_b) with the same
+// operations and merges with attn_merge, so a head's bits do not depend on the path, the chunk, the
+// generate variant or the thread that took a block. One block without a sink gives what the
+// softmax over the whole row gave before blocks (s_0 = l_0, so its factor l_0 / l_0 is exactly 1).
+// Why blocks: a block's scores stay in L1 (8 heads x 256 floats, 8 KiB), where the scores of a whole
+// row of a long context (8 heads x 30,000 floats) went to memory and back three times; and blocks
+// are the pieces a long context's keys can be split into across threads.
+inline constexpr int64_t kAttnBlock = 256;
+inline constexpr int kGroupHeads = 8;  // heads taken together at most
+inline int64_t attn_blocks(int64_t C) { return (C + kAttnBlock - 1) / kAttnBlock; }
+
+// Where a row's blocks start: its first key the mask lets through (key order), rounded down to a
+// multiple of 16 (so a key's vector lane in its block is its key order mod 16, as without blocks);
+// C when it sees none. Anchored there rather than at key 0, a window and a ring holding the same
+// keys cut them into the same blocks: a sliding-window layer's ring visited from its oldest row (16
+// rows before its first visible key at most) and a longer window whose first rows are masked.
+inline int64_t attn_first_block_key(const float* mrow, int64_t C, int64_t rot) {
+  if (!mrow) return 0;
+  for (int64_t t = 0; t < C; ++t)
+    if (mrow[attn_row(t, rot, C)] != -__builtin_inff()) return t / 16 * 16;
+  return C;
+}
+
+// An attention's work buffer: one block's scores for up to kGroupHeads heads, then each (block,
+// head)'s partial state.
+struct AttnWork {
+  float* scores;  // [kGroupHeads][kAttnBlock]
+  float* m;       // [blocks][kGroupHeads]: m_b
+  float* l;       // [blocks][kGroupHeads]: l_b (attn_merge overwrites it with s_b)
+  float* o;       // [blocks][kGroupHeads][hd]: o_b
+};
+inline int64_t attn_work_floats_for(int64_t C, int64_t hd) {
+  return C > 0 ? kGroupHeads * kAttnBlock + attn_blocks(C) * kGroupHeads * (hd + 2) : 0;
+}
+inline AttnWork attn_work(float* work, int64_t C) {
+  const int64_t nb = attn_blocks(C);
+  AttnWork w;
+  w.scores = work;
+  w.m = work + kGroupHeads * kAttnBlock;
+  w.l = w.m + nb * kGroupHeads;
+  w.o = w.l + nb * kGroupHeads;
+  return w;
+}
+
+// Head j's output (hd floats) from its blocks' partial states; sink: its logit, or null. A head
+// with no visible key gives zeros.
+template <class Ops>
+void attn_merge(const AttnWork& w, int64_t nb, int64_t j, int64_t hd, const float* sink, float* out) {
+  using V = typename Ops::V;
+  constexpr int W = Ops::W;
+  constexpr int64_t G = kGroupHeads;
+  constexpr float kNegInf = -__builtin_inff();
+  float m = kNegInf;
+  for (int64_t b = 0; b < nb; ++b) m = w.m[b * G + j] > m ? w.m[b * G + j] : m;
+  if (m == kNegInf) {
+    for (int64_t i = 0; i < hd; ++i) out[i] = 0.0f;
+    return;
+  }
+  if (sink && *sink > m) m = *sink;
+  float L = 0.0f;
+  for (int64_t b = 0; b < nb; ++b) {
+    if (w.m[b * G + j] == kNegInf) continue;
+    w.l[b * G + j] = w.l[b * G + j] * std::exp(w.m[b * G + j] - m);  // s_b
+    L += w.l[b * G + j];
+  }
+  if (sink) L += std::exp(*sink - m);
+  int64_t i = 0;
+  for (; i < hd; i += W) {
+    const int n = static_cast<int>(hd - i < W ? hd - i : W);
+    V acc = Ops::zero();
+    for (int64_t b = 0; b < nb; ++b) {
+      if (w.m[b * G + j] == kNegInf) continue;
+      const V f = Ops::set1(w.l[b * G + j] / L);
+      const float* o = w.o + (b * G + j) * hd + i;
+      acc = Ops::fma(n == W ? Ops::load(o) : Ops::load_tail(o, n), f, acc);
+    }
+    if (n == W) Ops::store(out + i, acc);
+    else Ops::store_tail(out + i, acc, n);
+  }
+}
+
 // One query head's attention (row r = (s, h) of q and out), keys visited from ring row `rot`.
 template <class Ops, GgmlType KT, GgmlType VT>
 void attention_one_row(const float* q, const uint8_t* k, const uint8_t* v, const float* mask, float* out,
                        int64_t H, int64_t Hkv, int64_t hd, int64_t C, int64_t rot, float scale, int64_t r,
-                       float* scores, const float* sinks) {
+                       float* work, const float* sinks) {
   using V = typename Ops::V;
   constexpr int W = Ops::W;
+  constexpr int64_t G = kGroupHeads;
   constexpr float kNegInf = -__builtin_inff();
   const int64_t k_head = head_bytes<KT>(hd), v_head = head_bytes<VT>(hd);
   const int64_t group = H / Hkv;
-  {
-    const int64_t s = r / H, h = r % H, g = h / group;
-    const float* qr = q + r * hd;  // q is [S, H, hd], so row (s, h) is row r
-    float* o = out + r * hd;
-    const float* mrow = mask ? mask + s * C : nullptr;
+  const int64_t s = r / H, h = r % H, g = h / group;
+  const float* qr = q + r * hd;  // q is [S, H, hd], so row (s, h) is row r
+  const float* mrow = mask ? mask + s * C : nullptr;
+  const AttnWork w = attn_work(work, C);
+  float* scores = w.scores;  // the block's, key t at t - t0
+  const int64_t first = attn_first_block_key(mrow, C, rot);
+  const int64_t nb = (C - first + kAttnBlock - 1) / kAttnBlock;
+  const size_t key_stride = static_cast<size_t>(Hkv * k_head);
 
+  for (int64_t b = 0; b < nb; ++b) {
+    const int64_t t0 = first + b * kAttnBlock, t1 = t0 + kAttnBlock < C ? t0 + kAttnBlock : C;
     // Scores; keys masked with -inf are not even read (causal masks skip half the cache). Key t
     // (in the order the sums below visit keys) is row (rot + t) mod C of the window, and the mask
     // is indexed by row: a ring of K/V rows is visited from its oldest needed row on.
     float mx = kNegInf;
-    const size_t key_stride = static_cast<size_t>(Hkv * k_head);
-    for (int64_t t = 0; t < C; ++t) {
+    for (int64_t t = t0; t < t1; ++t) {
       const int64_t row = attn_row(t, rot, C);
       if constexpr (KT != GgmlType::Q8_0) {
         // Four visible keys in a row: one gemv_tile of 4 rows interleaves their dot products (each
         // row's arithmetic is that of a tile of 1, so the same bits) instead of waiting for each
         // key's horizontal sum in turn, which is what made long contexts slow.
         constexpr int kKeys = 4;
-        if (t + kKeys <= C && row + kKeys <= C) {
+        if (t + kKeys <= t1 && row + kKeys <= C) {
           float mv[kKeys];
           bool all = true;
           NPULLM_UNROLL
@@ -427,7 +521,7 @@ void attention_one_row(const float* q, const uint8_t* k, const uint8_t* v, const
             NPULLM_UNROLL
             for (int j = 0; j < kKeys; ++j) {
               const float sc = scale * dots[j] + mv[j];
-              scores[t + j] = sc;
+              scores[t - t0 + j] = sc;
               mx = sc > mx ? sc : mx;
             }
             t += kKeys - 1;
@@ -437,30 +531,27 @@ void attention_one_row(const float* q, const uint8_t* k, const uint8_t* v, const
       }
       const float mval = mrow ? mrow[row] : 0.0f;
       if (mval == kNegInf) {
-        scores[t] = kNegInf;
+        scores[t - t0] = kNegInf;
         continue;
       }
       float dot;
       if constexpr (KT == GgmlType::Q8_0) dot = dot_q8_0<Ops>(qr, k + (row * Hkv + g) * k_head, hd);
       else gemv_tile<Ops, KT, 1>(qr, hd, k + (row * Hkv + g) * k_head, 0, &dot);
       const float sc = scale * dot + mval;
-      scores[t] = sc;
+      scores[t - t0] = sc;
       mx = sc > mx ? sc : mx;
     }
-    for (int64_t i = 0; i < hd; ++i) o[i] = 0.0f;
-    if (mx == kNegInf) return;  // fully masked (or empty) row: zeros
+    w.m[b * G] = mx;
+    if (mx == kNegInf) continue;  // no visible key in the block
+    const float total = softmax_numerators<Ops>(scores, t1 - t0, mx);
+    w.l[b * G] = total;
 
-    // A sink joins the max and the sum, as a key whose value is zero.
-    const float sink = sinks ? sinks[h] : kNegInf;
-    if (sink > mx) mx = sink;
-    const float total = softmax_numerators<Ops>(scores, C, mx) + (sinks ? std::exp(sink - mx) : 0.0f);
-    int64_t t = 0;
-
-    // out = sum_t p_t v_t with p_t = e_t / total (normalised per key so the magnitude of the
+    // o_b = sum_t p_t v_t with p_t = e_t / l_b (normalised per key so the magnitude of the
     // accumulator stays that of v), o[i] = fma(v_t[i], p_t, o[i]) for t ascending. The head's
     // output is kept in registers across keys, up to 8 vectors at a time: through memory (an axpy
     // per key) every key waited for the previous key's store to be loaded back. Same operations in
     // the same order as that axpy, so the same bits.
+    float* o = w.o + b * G * hd;
     const float inv = 1.0f / total;
     constexpr int kVecs = 8;
     for (int64_t k0 = 0; k0 < hd; k0 += kVecs * W) {
@@ -471,8 +562,8 @@ void attention_one_row(const float* q, const uint8_t* k, const uint8_t* v, const
       V acc[kVecs];
       NPULLM_UNROLL
       for (int i = 0; i < kVecs; ++i) acc[i] = Ops::zero();
-      for (t = 0; t < C; ++t) {
-        const float p = scores[t];
+      for (int64_t t = t0; t < t1; ++t) {
+        const float p = scores[t - t0];
         if (p == 0.0f) continue;
         const V av = Ops::set1(p * inv);
         const int64_t row = attn_row(t, rot, C);
@@ -495,164 +586,172 @@ void attention_one_row(const float* q, const uint8_t* k, const uint8_t* v, const
       }
     }
   }
+  // A sink joins the max and the sum, as a key whose value is zero.
+  attn_merge<Ops>(w, nb, 0, hd, sinks ? sinks + h : nullptr, out + r * hd);
 }
 
 // Heads that share a K/V head and one query, taken together (grouped-query attention): each key
 // and value row is read and widened once for all of them instead of once per head, and the
 // heads' dot products and value sums are independent chains that overlap, where one head alone
 // waits on each fma's latency. Every head's arithmetic is attention_one_row's, operation for
-// operation (the same dot product order, the same max, exp and sum, the same fma per key in
-// key order, a key whose weight is 0 skipped), so the same bits.
-inline constexpr int kGroupHeads = 8;  // heads taken together at most (the scores of each need C floats)
+// operation (the same blocks, the same dot product order, the same max, exp and sum, the same fma
+// per key in key order, a key whose weight is 0 skipped, the same merge), so the same bits.
 inline constexpr int64_t kPrefetchKeys = 8;  // how far ahead of the key in use its K and V rows are fetched
 
 template <class Ops, GgmlType KT, GgmlType VT>
 void attention_heads(const float* q, const uint8_t* k, const uint8_t* v, const float* mrow, float* out, int64_t n,
-                     int64_t Hkv, int64_t g, int64_t hd, int64_t C, int64_t rot, float scale, float* scores,
+                     int64_t Hkv, int64_t g, int64_t hd, int64_t C, int64_t rot, float scale, float* work,
                      const float* sinks) {
   using V = typename Ops::V;
   constexpr int W = Ops::W;
   constexpr int G = kGroupHeads;
+  constexpr int64_t KB = kAttnBlock;
   constexpr float kNegInf = -__builtin_inff();
   // An ISA may lay the common cases (K and V of one type) out its own way, with the same bits:
   // kernels_avx512_attention.h.
   if constexpr (KT == VT && requires { &Ops::template attention_group<KT>; })
-    if (Ops::template attention_group<KT>(q, k, v, mrow, out, n, Hkv, g, hd, C, rot, scale, scores, sinks)) return;
+    if (Ops::template attention_group<KT>(q, k, v, mrow, out, n, Hkv, g, hd, C, rot, scale, work, sinks)) return;
   const int64_t k_head = head_bytes<KT>(hd), v_head = head_bytes<VT>(hd);
-  float mx[G];
-  for (int j = 0; j < G; ++j) mx[j] = kNegInf;
+  const AttnWork w = attn_work(work, C);
+  float* scores = w.scores;  // head j's score of key t at j * KB + t - t0
+  const int64_t first = attn_first_block_key(mrow, C, rot);
+  const int64_t nb = (C - first + KB - 1) / KB;
 
-  // Scores: per key, the dot product with each head's query (gemv_tile's / dot_q8_0's order).
-  for (int64_t t = 0; t < C; ++t) {
-    const int64_t row = attn_row(t, rot, C);
-    const float mval = mrow ? mrow[row] : 0.0f;
-    if (mval == kNegInf) {
-      for (int64_t j = 0; j < n; ++j) scores[j * C + t] = kNegInf;
-      continue;
-    }
-    const uint8_t* kr = k + (row * Hkv + g) * k_head;
-    // The K/V rows are [rows, Hkv, hd]: this group's head is a short piece of each row, a stride
-    // the hardware prefetchers follow poorly from memory; fetch it a few keys ahead.
-    if (row + kPrefetchKeys < C)
-      for (int64_t l = 0; l < k_head; l += 64) __builtin_prefetch(kr + kPrefetchKeys * Hkv * k_head + l, 0, 3);
-    V acc[G];
-    NPULLM_UNROLL
-    for (int j = 0; j < G; ++j) acc[j] = Ops::zero();
-    if constexpr (KT == GgmlType::Q8_0) {
-      for (int64_t b = 0; b < hd / 32; ++b) {
-        const auto d = Ops::q8_scale(kr + b * 34);
-        NPULLM_UNROLL
-        for (int e = 0; e < 32; e += W) {
-          const V kv = Ops::load_q8(kr + b * 34 + 2 + e, d);
+  for (int64_t b = 0; b < nb; ++b) {
+    const int64_t t0 = first + b * KB, t1 = t0 + KB < C ? t0 + KB : C;
+    float mx[G];
+    for (int j = 0; j < G; ++j) mx[j] = kNegInf;
+
+    // Scores: per key, the dot product with each head's query (gemv_tile's / dot_q8_0's order).
+    for (int64_t t = t0; t < t1; ++t) {
+      const int64_t row = attn_row(t, rot, C);
+      const float mval = mrow ? mrow[row] : 0.0f;
+      if (mval == kNegInf) {
+        for (int64_t j = 0; j < n; ++j) scores[j * KB + t - t0] = kNegInf;
+        continue;
+      }
+      const uint8_t* kr = k + (row * Hkv + g) * k_head;
+      // The K/V rows are [rows, Hkv, hd]: this group's head is a short piece of each row, a stride
+      // the hardware prefetchers follow poorly from memory; fetch it a few keys ahead.
+      if (row + kPrefetchKeys < C)
+        for (int64_t l = 0; l < k_head; l += 64) __builtin_prefetch(kr + kPrefetchKeys * Hkv * k_head + l, 0, 3);
+      V acc[G];
+      NPULLM_UNROLL
+      for (int j = 0; j < G; ++j) acc[j] = Ops::zero();
+      if constexpr (KT == GgmlType::Q8_0) {
+        for (int64_t bb = 0; bb < hd / 32; ++bb) {
+          const auto d = Ops::q8_scale(kr + bb * 34);
+          NPULLM_UNROLL
+          for (int e = 0; e < 32; e += W) {
+            const V kv = Ops::load_q8(kr + bb * 34 + 2 + e, d);
+            NPULLM_UNROLL
+            for (int j = 0; j < G; ++j)
+              if (j < n) acc[j] = Ops::fma(kv, Ops::load(q + j * hd + bb * 32 + e), acc[j]);
+          }
+        }
+      } else {
+        int64_t e = 0;
+        for (; e + W <= hd; e += W) {
+          const V kv = Ops::template load_w<KT>(kr, e);
           NPULLM_UNROLL
           for (int j = 0; j < G; ++j)
-            if (j < n) acc[j] = Ops::fma(kv, Ops::load(q + j * hd + b * 32 + e), acc[j]);
+            if (j < n) acc[j] = Ops::fma(kv, Ops::load(q + j * hd + e), acc[j]);
+        }
+        if (e < hd) {
+          const int tail = static_cast<int>(hd - e);
+          const V kv = Ops::template load_w_tail<KT>(kr, e, tail);
+          NPULLM_UNROLL
+          for (int j = 0; j < G; ++j)
+            if (j < n) acc[j] = Ops::fma(kv, Ops::load_tail(q + j * hd + e, tail), acc[j]);
         }
       }
-    } else {
-      int64_t e = 0;
-      for (; e + W <= hd; e += W) {
-        const V kv = Ops::template load_w<KT>(kr, e);
-        NPULLM_UNROLL
-        for (int j = 0; j < G; ++j)
-          if (j < n) acc[j] = Ops::fma(kv, Ops::load(q + j * hd + e), acc[j]);
-      }
-      if (e < hd) {
-        const int tail = static_cast<int>(hd - e);
-        const V kv = Ops::template load_w_tail<KT>(kr, e, tail);
-        NPULLM_UNROLL
-        for (int j = 0; j < G; ++j)
-          if (j < n) acc[j] = Ops::fma(kv, Ops::load_tail(q + j * hd + e, tail), acc[j]);
-      }
-    }
-    NPULLM_UNROLL
-    for (int j = 0; j < G; ++j)
-      if (j < n) {
-        const float sc = scale * Ops::hsum(acc[j]) + mval;
-        scores[j * C + t] = sc;
-        mx[j] = sc > mx[j] ? sc : mx[j];
-      }
-  }
-
-  // Softmax numerators and their sums, head by head.
-  float inv[G];
-  for (int64_t j = 0; j < n; ++j) {
-    float* sj = scores + j * C;
-    float* o = out + j * hd;
-    for (int64_t i = 0; i < hd; ++i) o[i] = 0.0f;
-    inv[j] = 0.0f;
-    if (mx[j] == kNegInf) continue;  // fully masked (or empty): zeros, no value sums below
-    const float sink = sinks ? sinks[j] : kNegInf;  // (as attention_one_row)
-    if (sink > mx[j]) mx[j] = sink;
-    inv[j] = 1.0f / (softmax_numerators<Ops>(sj, C, mx[j]) + (sinks ? std::exp(sink - mx[j]) : 0.0f));
-  }
-  bool live[G];  // heads with a visible key (a fully masked one stays zeros, as attention_one_row)
-  bool any_live = false;
-  for (int j = 0; j < G; ++j) {
-    live[j] = j < n && mx[j] != kNegInf;
-    any_live = any_live || live[j];
-  }
-  if (!any_live) return;
-
-  // out_j = sum_t p_jt v_t, in slices of kVecs vectors, kHeads heads at a time, each head's
-  // accumulators in registers across the keys.
-  constexpr int kVecs = W >= 8 ? 4 : 8;
-  constexpr int kHeads = W >= 16 ? 4 : 2;
-  for (int64_t j0 = 0; j0 < n; j0 += kHeads) {
-    const int nh = static_cast<int>(n - j0 < kHeads ? n - j0 : kHeads);
-    for (int64_t k0 = 0; k0 < hd; k0 += kVecs * W) {
-      const int64_t kn = hd - k0 < kVecs * W ? hd - k0 : kVecs * W;
-      const int full = static_cast<int>(kn / W), tail = static_cast<int>(kn % W);
-      V acc[kHeads][kVecs];
       NPULLM_UNROLL
-      for (int j = 0; j < kHeads; ++j)
-        NPULLM_UNROLL
-        for (int i = 0; i < kVecs; ++i) acc[j][i] = Ops::zero();
-      for (int64_t t = 0; t < C; ++t) {
-        float p[kHeads];
-        bool any = false;
-        NPULLM_UNROLL
-        for (int j = 0; j < kHeads; ++j) {
-          p[j] = j < nh && live[j0 + j] ? scores[(j0 + j) * C + t] : 0.0f;
-          any = any || p[j] != 0.0f;
+      for (int j = 0; j < G; ++j)
+        if (j < n) {
+          const float sc = scale * Ops::hsum(acc[j]) + mval;
+          scores[j * KB + t - t0] = sc;
+          mx[j] = sc > mx[j] ? sc : mx[j];
         }
-        if (!any) continue;
-        const int64_t row = attn_row(t, rot, C);
-        const uint8_t* vr = v + (row * Hkv + g) * v_head;
-        if (k0 == 0 && row + kPrefetchKeys < C)
-          for (int64_t l = 0; l < v_head; l += 64) __builtin_prefetch(vr + kPrefetchKeys * Hkv * v_head + l, 0, 3);
-        V vv[kVecs]{};  // (the vectors past the head are never read; zeroed so the compiler can tell)
+    }
+
+    // Softmax numerators and their sums, head by head.
+    float inv[G];
+    bool live[G];  // heads with a visible key in the block
+    bool any_live = false;
+    for (int j = 0; j < G; ++j) {
+      live[j] = j < n && mx[j] != kNegInf;
+      any_live = any_live || live[j];
+      inv[j] = 0.0f;
+      if (j >= n) continue;
+      w.m[b * G + j] = mx[j];
+      if (!live[j]) continue;
+      const float total = softmax_numerators<Ops>(scores + j * KB, t1 - t0, mx[j]);
+      w.l[b * G + j] = total;
+      inv[j] = 1.0f / total;
+    }
+    if (!any_live) continue;
+
+    // o_b of each head = sum_t p_jt v_t, in slices of kVecs vectors, kHeads heads at a time, each
+    // head's accumulators in registers across the block's keys.
+    constexpr int kVecs = W >= 8 ? 4 : 8;
+    constexpr int kHeads = W >= 16 ? 4 : 2;
+    for (int64_t j0 = 0; j0 < n; j0 += kHeads) {
+      const int nh = static_cast<int>(n - j0 < kHeads ? n - j0 : kHeads);
+      for (int64_t k0 = 0; k0 < hd; k0 += kVecs * W) {
+        const int64_t kn = hd - k0 < kVecs * W ? hd - k0 : kVecs * W;
+        const int full = static_cast<int>(kn / W), tail = static_cast<int>(kn % W);
+        V acc[kHeads][kVecs];
         NPULLM_UNROLL
-        for (int i = 0; i < kVecs; ++i) {
-          const int64_t e = k0 + i * W;
-          if constexpr (VT == GgmlType::Q8_0) {  // e stays inside whole blocks of 32 (no tails)
-            if (i < full) vv[i] = Ops::load_q8(vr + e / 32 * 34 + 2 + e % 32, Ops::q8_scale(vr + e / 32 * 34));
-          } else {
-            if (i < full) vv[i] = Ops::template load_w<VT>(vr, e);
-            else if (i == full && tail) vv[i] = Ops::template load_w_tail<VT>(vr, e, tail);
+        for (int j = 0; j < kHeads; ++j)
+          NPULLM_UNROLL
+          for (int i = 0; i < kVecs; ++i) acc[j][i] = Ops::zero();
+        for (int64_t t = t0; t < t1; ++t) {
+          float p[kHeads];
+          bool any = false;
+          NPULLM_UNROLL
+          for (int j = 0; j < kHeads; ++j) {
+            p[j] = j < nh && live[j0 + j] ? scores[(j0 + j) * KB + t - t0] : 0.0f;
+            any = any || p[j] != 0.0f;
+          }
+          if (!any) continue;
+          const int64_t row = attn_row(t, rot, C);
+          const uint8_t* vr = v + (row * Hkv + g) * v_head;
+          if (k0 == 0 && row + kPrefetchKeys < C)
+            for (int64_t l = 0; l < v_head; l += 64) __builtin_prefetch(vr + kPrefetchKeys * Hkv * v_head + l, 0, 3);
+          V vv[kVecs]{};  // (the vectors past the head are never read; zeroed so the compiler can tell)
+          NPULLM_UNROLL
+          for (int i = 0; i < kVecs; ++i) {
+            const int64_t e = k0 + i * W;
+            if constexpr (VT == GgmlType::Q8_0) {  // e stays inside whole blocks of 32 (no tails)
+              if (i < full) vv[i] = Ops::load_q8(vr + e / 32 * 34 + 2 + e % 32, Ops::q8_scale(vr + e / 32 * 34));
+            } else {
+              if (i < full) vv[i] = Ops::template load_w<VT>(vr, e);
+              else if (i == full && tail) vv[i] = Ops::template load_w_tail<VT>(vr, e, tail);
+            }
+          }
+          NPULLM_UNROLL
+          for (int j = 0; j < kHeads; ++j) {
+            if (p[j] == 0.0f) continue;  // as attention_one_row: a key of weight 0 adds nothing
+            const V av = Ops::set1(p[j] * inv[j0 + j]);
+            NPULLM_UNROLL
+            for (int i = 0; i < kVecs; ++i)
+              if (i < full || (i == full && tail)) acc[j][i] = Ops::fma(vv[i], av, acc[j][i]);
           }
         }
         NPULLM_UNROLL
         for (int j = 0; j < kHeads; ++j) {
-          if (p[j] == 0.0f) continue;  // as attention_one_row: a key of weight 0 adds nothing
-          const V av = Ops::set1(p[j] * inv[j0 + j]);
+          if (j >= nh || !live[j0 + j]) continue;
+          float* o = w.o + (b * G + j0 + j) * hd;
           NPULLM_UNROLL
-          for (int i = 0; i < kVecs; ++i)
-            if (i < full || (i == full && tail)) acc[j][i] = Ops::fma(vv[i], av, acc[j][i]);
-        }
-      }
-      NPULLM_UNROLL
-      for (int j = 0; j < kHeads; ++j) {
-        if (j >= nh) break;
-        float* o = out + (j0 + j) * hd;
-        NPULLM_UNROLL
-        for (int i = 0; i < kVecs; ++i) {
-          if (i < full) Ops::store(o + k0 + i * W, acc[j][i]);
-          else if (i == full && tail) Ops::store_tail(o + k0 + i * W, acc[j][i], tail);
+          for (int i = 0; i < kVecs; ++i) {
+            if (i < full) Ops::store(o + k0 + i * W, acc[j][i]);
+            else if (i == full && tail) Ops::store_tail(o + k0 + i * W, acc[j][i], tail);
+          }
         }
       }
     }
   }
+  for (int64_t j = 0; j < n; ++j) attn_merge<Ops>(w, nb, j, hd, sinks ? sinks + j : nullptr, out + j * hd);
 }
 
 // Rows [r0, r1) of (query, head) pairs: runs of two or more heads of one query that share a K/V
