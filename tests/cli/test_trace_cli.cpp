@@ -4,6 +4,7 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <cstdio>
 #include <fstream>
 #include <map>
 #include <nlohmann/json.hpp>
@@ -92,8 +93,11 @@ TEST(TraceCli, RunWritesTraceEventJsonWhoseStagesAddUpToTheBlobRuns) {
   }
   // Stages add up to their blob run: between two stages there is only the loop that finds a stage's
   // tasks (the device records the spans after the program has run). Stated tolerance: the stages
-  // cover the run less at most kGapPerStageUs per stage and 2 % of it.
-  size_t checked = 0;
+  // cover the run less at most kGapPerStageUs per stage and 2 % of it. A thread preempted between
+  // two stages leaves a longer gap in that run (seen once under the sanitizer run's four busy
+  // processes on two cores: 10.2 of 11.7 ms covered); a device that ran or recorded work outside
+  // its stages would leave one in every run. So three runs in four must be covered.
+  size_t checked = 0, covered = 0;
   for (const Span& b : blobs) {
     double sum = 0;
     size_t n = 0;
@@ -104,10 +108,12 @@ TEST(TraceCli, RunWritesTraceEventJsonWhoseStagesAddUpToTheBlobRuns) {
       }
     ASSERT_GT(n, 0u) << b.name;
     EXPECT_LE(sum, b.dur + 0.01) << b.name;
-    EXPECT_GE(sum, b.dur * 0.98 - kGapPerStageUs * static_cast<double>(n)) << b.name << ": " << n << " stages";
+    if (sum >= b.dur * 0.98 - kGapPerStageUs * static_cast<double>(n)) ++covered;
+    else std::printf("[          ] %s at %.0f us: %zu stages cover %.1f of %.1f us\n", b.name.c_str(), b.ts, n, sum, b.dur);
     ++checked;
   }
   EXPECT_EQ(checked, blobs.size());
+  EXPECT_GE(4 * covered, 3 * checked) << covered << " of " << checked << " blob runs covered by their stages";
   // Each thread's chunks and barrier wait lie inside a stage (the stage on the caller's track;
   // a worker's share of it at the same time on its own), the wait right after the chunks.
   ASSERT_FALSE(chunks.empty());
