@@ -30,11 +30,12 @@ mark ctest
 # halves the kernels' compile time: 324 -> 167 s for kernels_avx512.cpp here), as two shards side by
 # side (scripts/run-sharded.sh). Any report fails the step: UBSan stops the process at its first
 # finding (-fno-sanitize-recover; exit status 86), and ASan / LeakSanitizer write theirs to
-# $san/asan.EXE.PID (EXE: the process's program), from the test binary and from every npullm the CLI and cache tests run (whose exit status a test may not
-# check, or whose failure it may expect), so any such file fails the step too. UBSan, a runtime of
-# its own under GCC, writes to stderr whatever log_path says when ASan is loaded beside it (tried:
-# GCC 12); the tests' helpers that run children (test::run_shell, the cache tests' spawn) fail the
-# test whose child's stderr holds a UBSan report, whatever its exit status.
+# $san/asan.EXE.PID (EXE: the process's program), from the test binary and from every npullm the CLI
+# and cache tests run (whose exit status a test may not check, or whose failure it may expect), so
+# any such file fails the step too. UBSan, a runtime of its own under GCC, writes to stderr whatever
+# log_path says when ASan is loaded beside it (tried: GCC 12); the tests' helpers that run children
+# (test::run_shell, the cache tests' spawn) fail the test whose child's stderr holds a UBSan report,
+# whatever its exit status.
 cmake -S . -B build-asan -G Ninja -DCMAKE_BUILD_TYPE=Debug -DCMAKE_CXX_FLAGS_DEBUG="-g1 -O1" -DNPULLM_SANITIZE=ON
 cmake --build build-asan -j2 --target npullm_tests
 mark asan-build
