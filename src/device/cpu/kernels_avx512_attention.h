@@ -262,7 +262,7 @@ void attention_group(const float* q, const uint8_t* k, const uint8_t* v, const f
     while (Ce > 0 && mrow[Ce - 1] == kNegInf) --Ce;
   }
   const int64_t first = attn_first_block_key(mrow, Ce, rot);
-  const int64_t nb = (Ce - first + KB - 1) / KB;
+  const int64_t nb = attn_blocks(Ce - first);
 
   // The first K rows; later blocks' first rows are fetched by the pass before them, which fetches
   // ahead across the block's end (as far as Ce).

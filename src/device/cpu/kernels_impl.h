@@ -387,7 +387,8 @@ inline int64_t attn_row(int64_t t, int64_t rot, int64_t C) { return t + rot < C 
 
 // ---- streamed attention: keys in blocks, partial softmax states merged in a fixed order ----------
 //
-// Keys are taken in blocks of kAttnBlock in key order (block b: keys [b KB, (b + 1) KB)). For each
+// Keys are taken in blocks of kAttnBlock in key order, from the row's first visible key rounded
+// down to 16 (attn_first_block_key: block b holds keys [first + b KB, first + (b + 1) KB)). For each
 // head and block: m_b, the block's largest score (-inf when it has no visible key); numerators
 // e_t = e^(s_t - m_b) and their sum l_b (softmax_numerators' order); o_b = sum_t fma(v_t, e_t * (1 /
 // l_b), o_b) over the block's keys in order, a key of weight 0 skipped. attn_merge then gives
@@ -421,7 +422,7 @@ inline int64_t attn_first_block_key(const float* mrow, int64_t C, int64_t rot) {
 struct AttnWork {
   float* scores;  // [kGroupHeads][kAttnBlock]
   float* m;       // [blocks][kGroupHeads]: m_b
-  float* l;       // [blocks][kGroupHeads]: l_b (attn_merge overwrites it with s_b)
+  float* l;       // [blocks][kGroupHeads]: l_b (attn_merge overwrites it with s_b / L)
   float* o;       // [blocks][kGroupHeads][hd]: o_b
 };
 inline int64_t attn_work_floats_for(int64_t C, int64_t hd) {
@@ -459,13 +460,14 @@ void attn_merge(const AttnWork& w, int64_t nb, int64_t j, int64_t hd, const floa
     L += w.l[b * G + j];
   }
   if (sink) L += std::exp(*sink - m);
-  int64_t i = 0;
-  for (; i < hd; i += W) {
+  for (int64_t b = 0; b < nb; ++b)  // each block's factor
+    if (w.m[b * G + j] != kNegInf) w.l[b * G + j] /= L;
+  for (int64_t i = 0; i < hd; i += W) {
     const int n = static_cast<int>(hd - i < W ? hd - i : W);
     V acc = Ops::zero();
     for (int64_t b = 0; b < nb; ++b) {
       if (w.m[b * G + j] == kNegInf) continue;
-      const V f = Ops::set1(w.l[b * G + j] / L);
+      const V f = Ops::set1(w.l[b * G + j]);
       const float* o = w.o + (b * G + j) * hd + i;
       acc = Ops::fma(n == W ? Ops::load(o) : Ops::load_tail(o, n), f, acc);
     }
@@ -491,7 +493,7 @@ void attention_one_row(const float* q, const uint8_t* k, const uint8_t* v, const
   const AttnWork w = attn_work(work, C);
   float* scores = w.scores;  // the block's, key t at t - t0
   const int64_t first = attn_first_block_key(mrow, C, rot);
-  const int64_t nb = (C - first + kAttnBlock - 1) / kAttnBlock;
+  const int64_t nb = attn_blocks(C - first);
   const size_t key_stride = static_cast<size_t>(Hkv * k_head);
 
   for (int64_t b = 0; b < nb; ++b) {
@@ -615,7 +617,7 @@ void attention_heads(const float* q, const uint8_t* k, const uint8_t* v, const f
   const AttnWork w = attn_work(work, C);
   float* scores = w.scores;  // head j's score of key t at j * KB + t - t0
   const int64_t first = attn_first_block_key(mrow, C, rot);
-  const int64_t nb = (C - first + KB - 1) / KB;
+  const int64_t nb = attn_blocks(C - first);
 
   for (int64_t b = 0; b < nb; ++b) {
     const int64_t t0 = first + b * KB, t1 = t0 + KB < C ? t0 + KB : C;
