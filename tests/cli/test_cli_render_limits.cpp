@@ -99,7 +99,10 @@ TEST(CliRenderLimits, RunawayTemplatesAreRefusedNotCrashed) {
       std::printf("[          ] %s%s: exit %d, %.2f s CPU, %ld MiB peak\n", c.name, as ? " (RLIMIT_AS 4 GiB)" : "", r.rc, r.cpu_s,
                   r.max_rss_kib / 1024);
       if (!kSanitized) {
-        EXPECT_LT(r.cpu_s, 1.0) << "CPU seconds";
+        // The memory bound is what tells a refused render from one that ran away (2^29 bytes would
+        // pass 512 MiB); the CPU bound only catches a hang, so it leaves room for a slow, shared CI
+        // machine (0.7 s here, 1.03 s on one CI run).
+        EXPECT_LT(r.cpu_s, 10.0) << "CPU seconds";
         EXPECT_LT(r.max_rss_kib, 256 * 1024) << "peak resident KiB";
       }
     }
