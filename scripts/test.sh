@@ -84,12 +84,12 @@ mark asan-tests
 # -g1 as for ASan above.
 cmake -S . -B build-tsan -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo -DCMAKE_CXX_FLAGS_RELWITHDEBINFO="-O2 -g1 -DNDEBUG" \
   -DNPULLM_SANITIZE=thread
-cmake --build build-tsan -j2 --target npullm_tests
+cmake --build build-tsan -j2 --target npullm_tsan_tests  # the test files of the filter below only
 mark tsan-build
 norandom=()
 if setarch "$(uname -m)" -R true 2>/dev/null; then norandom=(setarch "$(uname -m)" -R); fi
 export TSAN_OPTIONS="halt_on_error=1 second_deadlock_stack=1 suppressions=$PWD/scripts/tsan.supp"
-"${norandom[@]}" build-tsan/tests/npullm_tests \
+"${norandom[@]}" build-tsan/tests/npullm_tsan_tests \
   --gtest_filter='Driver*:WorkerPool*:Scheduler*:*BatchedDecode*:SequenceSlots*:OpenAiRequest*:Capi*:Sampler.SequencesDoNotDependOnOtherThreads:StoriesReference.*:TraceCli*'
 # With the web page and the abuse scripts (abuse.mjs triples its time bounds under TSan, web_page.mjs
 # doubles its deadline), the trace written on SIGUSR1 while requests run, and speculative decoding's
