@@ -464,11 +464,16 @@ Value BinaryExpr::eval(Interpreter& in) const {
   Value l = left->evaluate(in);
   Value r = right->evaluate(in);
   if (op == "~") {  // str() of Undefined is "": no error
-    std::string a = l.str();
-    const std::string b = r.str();
+    // Strings are read where they are and the result is built once, at its size, after the budget
+    // has seen it: a template doubling a string copies each byte once, not three times.
+    std::string la, rb;
+    const std::string& a = l.is_string() ? l.as_string() : (la = l.str());
+    const std::string& b = r.is_string() ? r.as_string() : (rb = r.str());
     ValueBudget::check_fits(a.size() + b.size());
-    a += b;
-    return Value::string(std::move(a));
+    std::string s;
+    s.reserve(a.size() + b.size());
+    s.append(a).append(b);
+    return Value::string(std::move(s));
   }
   return binary_op(op, l, r);
 }
