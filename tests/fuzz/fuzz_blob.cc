@@ -1,6 +1,7 @@
 // The blob loader: read_blob (ELF header, section table, checksums, I/O and weight records,
 // symbols, barriers, tasks, relocations, memory plan, metadata) and the driver's load on top
-// (driver::Executable: scratch reservation, constants, weight resolution, relocation patching).
+// (driver::Executable: scratch reservation, constants, weight resolution, relocation patching),
+// with the CPU device's checks of the program it would run (cpu::checked_scratch_floats).
 //
 // Every blob carries xxh64 checksums, so almost every mutation is (rightly) refused at the first
 // checksum. To reach the checks behind them, an input the reader refuses is tried a second time
@@ -14,6 +15,7 @@
 #include <vector>
 
 #include "blob/blob_image.h"
+#include "device/cpu/program_checks.h"
 #include "device/device.h"
 #include "driver/driver.h"
 #include "fuzz_util.h"
@@ -31,12 +33,14 @@ class ZeroBank : public driver::WeightsBank {
   alignas(64) static inline uint8_t zeros_[64] = {};
 };
 
-// The driver's part of the load, without a real device's own per-op checks.
-class NullDevice : public device::Device {
+// The driver's part of the load, then the CPU device's own checks of the program (its prepare():
+// every task's dimensions, layouts and prologue, and the scratch per thread they ask for, bounded),
+// without the kernels: nothing runs, and the scratch is not allocated.
+class CheckingDevice : public device::Device {
  public:
   std::string name() const override { return "fuzz"; }
   int threads() const override { return 1; }
-  void prepare(const device::Program&) override {}
+  void prepare(const device::Program& prog) override { (void)cpu::checked_scratch_floats(prog); }
   void execute(const device::Program&) override {}
 };
 
@@ -105,7 +109,7 @@ void load(const uint8_t* data, size_t size) {
       img2.ios.size() != img.ios.size() || img2.weights.size() != img.weights.size() ||
       img2.meta_json != img.meta_json || img2.scratch_bytes != img.scratch_bytes)
     __builtin_trap();
-  static NullDevice dev;
+  static CheckingDevice dev;
   static ZeroBank bank;
   driver::Executable exe(std::span<const uint8_t>(data, size), "fuzz.blob", bank, dev);
   for (const blob::IoDesc& io : exe.image().ios) (void)exe.io_index(io.name);

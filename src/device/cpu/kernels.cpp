@@ -595,16 +595,6 @@ void scatter_rows(const float* src, const int32_t* idx, void* dst, GgmlType dst_
 
 // ---- hot kernels: check, then the chosen ISA -----------------------------------------------------
 
-int64_t matmul_work_floats(int64_t K) {
-  if (K <= 0) return detail::kAccFloats;
-  // F32 tiles: accumulators + dequantised rows. int8 path: quantised activations + decoded panels,
-  // plus 64 bytes to align the start.
-  const int64_t f32 = detail::kAccFloats + detail::kBlockRows * K;
-  const int64_t i8 = (detail::int8_work_bytes(K) + 64 + 3) / 4;
-  const int64_t amx = (detail::amx_work_bytes(K) + 64 + 3) / 4;  // the AMX prefill matmul's blocking
-  const int64_t most = f32 > i8 ? f32 : i8;
-  return most > amx ? most : amx;
-}
 MatmulActivations matmul_activations(GgmlType wt) {
   switch (detail::act_format(wt)) {
     case detail::ActFormat::Q8_0: return MatmulActivations::Q8_0;
@@ -612,8 +602,6 @@ MatmulActivations matmul_activations(GgmlType wt) {
     default: return MatmulActivations::F32;
   }
 }
-
-int64_t attention_work_floats(int64_t C, int64_t hd) { return detail::attn_work_floats_for(C, hd); }
 
 int64_t prequantized_x_bytes(GgmlType wt, int64_t M, int64_t K) {
   if (!detail::int8_supported(wt) || M <= 0 || K <= 0 || K % detail::unit_elems(wt) != 0) return 0;
@@ -645,10 +633,6 @@ void matmul(const float* x, int64_t M, int64_t K, const void* W, GgmlType wt, co
   if (packed && n0 % 16 != 0) fail("matmul: a range of a panels16 weight must start at a panel (row {})", n0);
   // A packed weight's rows are padded to whole dwords: the kernels step from panel to panel by it.
   active().matmul(x, M, K, W, wt, packed ? panels16_stride(wt, K) : row_bytes, packed, bias, res, out, N, n0, n1, work, xq);
-}
-
-bool matmul_reads_panels16(GgmlType wt, int64_t K) {
-  return detail::int8_supported(wt) && panels16_possible(wt, K);
 }
 
 void slice_cols(const float* x, int64_t R, float* out, int64_t W, int64_t off, int64_t s0, int64_t s1) {
