@@ -12,6 +12,9 @@
 //                             filling a 1 GiB arena, used in turn, so every call reads from
 //                             memory, not from cache, as in a real model.
 // Prefill/<type>/M/K/N/<threads>  M tokens at once; FLOP/s = 2 M N K / time.
+// Verify/<type>/M/K/N/<threads>  M tokens (a speculative verify step: M - 1 guesses) through a
+//                             Panels16 matrix from memory, as Decode: its time over DecodePanels'
+//                             is the matmuls' part of the verify cost r(M - 1) (issue 47).
 // AttentionDecode/F16/C       one token's attention over C keys (TinyLlama's heads), one thread.
 // AttentionDecodeCold/F16/C   the same with K/V from memory (another copy each time, as in decode).
 // AttentionDecode[Cold]/Q8_0/1024  the same with a Q8_0 K/V cache (--kv-type q8_0).
@@ -212,8 +215,9 @@ void run_matmul(cpu::WorkerPool& pool, Problem& p, const uint8_t* W) {
   });
 }
 
-void BM_Decode(benchmark::State& st, GgmlType t, int64_t K, int64_t N, int threads, npullm::WeightLayout layout) {
-  auto p = make_problem(t, 1, K, N, threads, /*use_arena=*/true, layout);
+void BM_Decode(benchmark::State& st, GgmlType t, int64_t K, int64_t N, int threads, npullm::WeightLayout layout,
+               int64_t M) {
+  auto p = make_problem(t, M, K, N, threads, /*use_arena=*/true, layout);
   cpu::WorkerPool pool(threads);
   size_t next = 0;
   for (auto _ : st) {
@@ -360,19 +364,28 @@ int main(int argc, char** argv) {
       for (auto [K, N] : decode_shapes) {
         const std::string name = "Decode/" + std::string(npullm::ggml_type_name(t)) + "/" + std::to_string(K) + "/" +
                                  std::to_string(N) + "/" + std::to_string(threads);
-        benchmark::RegisterBenchmark(name.c_str(), BM_Decode, t, K, N, threads, npullm::WeightLayout::Rows)->UseRealTime();
+        benchmark::RegisterBenchmark(name.c_str(), BM_Decode, t, K, N, threads, npullm::WeightLayout::Rows, int64_t{1})->UseRealTime();
         if (cpu::matmul_reads_panels16(t, K))
           benchmark::RegisterBenchmark(("DecodePanels" + name.substr(6)).c_str(), BM_Decode, t, K, N, threads,
-                                       npullm::WeightLayout::Panels16)
+                                       npullm::WeightLayout::Panels16, int64_t{1})
               ->UseRealTime();
+      }
+    for (GgmlType t : {GgmlType::Q4_0, GgmlType::Q8_0})
+      for (int64_t M : {2, 4, 8, 16}) {
+        const std::string name = "Verify/" + std::string(npullm::ggml_type_name(t)) + "/" + std::to_string(M) + "/2048/5632/" +
+                                 std::to_string(threads);
+        benchmark::RegisterBenchmark(name.c_str(), BM_Decode, t, int64_t{2048}, int64_t{5632}, threads, npullm::WeightLayout::Panels16,
+                                     M)
+            ->UseRealTime();
       }
     for (GgmlType t : expert_types) {
       const std::string name = "Decode/" + std::string(npullm::ggml_type_name(t)) + "/2880/2880/" + std::to_string(threads);
-      benchmark::RegisterBenchmark(name.c_str(), BM_Decode, t, int64_t{2880}, int64_t{2880}, threads, npullm::WeightLayout::Rows)
+      benchmark::RegisterBenchmark(name.c_str(), BM_Decode, t, int64_t{2880}, int64_t{2880}, threads, npullm::WeightLayout::Rows,
+                                   int64_t{1})
           ->UseRealTime();
       if (cpu::matmul_reads_panels16(t, 2880))
         benchmark::RegisterBenchmark(("DecodePanels" + name.substr(6)).c_str(), BM_Decode, t, int64_t{2880}, int64_t{2880},
-                                     threads, npullm::WeightLayout::Panels16)
+                                     threads, npullm::WeightLayout::Panels16, int64_t{1})
             ->UseRealTime();
       for (int64_t M : {64, 512}) {
         const std::string pname = "Prefill/" + std::string(npullm::ggml_type_name(t)) + "/" + std::to_string(M) +
