@@ -3,6 +3,8 @@
 #include <chrono>
 #include <list>
 
+#include "genai/grammar/mask_pool.h"
+
 namespace npullm::genai::grammar {
 
 namespace {
@@ -76,7 +78,8 @@ void TokenClasses::walk(uint32_t node, int32_t state, bool escaped, Context& c) 
     const TokenTrie::Node& child = nodes[edges[e].child];
     const int32_t to = local_.step(state, edges[e].byte);
     if (to < 0) {
-      if (escaped) c.uncertain.insert(c.uncertain.end(), tokens.begin() + child.first_token, tokens.begin() + child.end_token);
+      if (escaped)  // (as ranks: the trie's order, which TokenTrie::piece_at reads in one stream)
+        for (uint32_t r = child.first_token; r < child.end_token; ++r) c.uncertain.push_back(static_cast<int32_t>(r));
       continue;
     }
     accepted_.insert(accepted_.end(), tokens.begin() + child.first_token, tokens.begin() + child.first_token + child.n_tokens);
@@ -171,6 +174,9 @@ std::vector<int32_t> TokenClasses::returns_under(int32_t pos) const {
 }
 
 size_t TokenClasses::precompute() {
+  // Touched mask buffers for a request's mask cache and scratch, before the first request needs
+  // them (mask_pool.h: fresh pages cost more than the masks).
+  mask_pool::fill((trie_->n_vocab() + 63) / 64, TokenMatcher::kCachedMasks + 2);
   // One context per lock: a mask that needs one meanwhile waits for one walk at most.
   auto ensure = [&](const std::vector<int32_t>& chain) -> size_t {  // its uncertain count
     const std::string key = key_of(chain);

@@ -46,7 +46,8 @@ class TokenClasses {
   struct Context {
     std::vector<uint64_t> accepted_bits;  // dense: one bit per token (when many are accepted)
     std::vector<int32_t> accepted_ids;    // sparse: the accepted tokens (otherwise)
-    std::vector<int32_t> uncertain;       // checked against the full state at mask time
+    std::vector<int32_t> uncertain;       // checked against the full state at mask time: ranks in
+                                          // TokenTrie::tokens() (trie order), not ids
   };
   // The classes of the stack whose top entries are `chain` (the position that expects a byte,
   // then return positions; the stack ends under a chain shorter than it could be). Classified on

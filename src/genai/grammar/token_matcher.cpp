@@ -1,5 +1,6 @@
 #include "genai/grammar/token_matcher.h"
 
+#include "genai/grammar/mask_pool.h"
 #include "genai/grammar/token_classes.h"
 
 #include <algorithm>
@@ -9,7 +10,7 @@
 namespace npullm::genai::grammar {
 
 namespace {
-constexpr size_t kCachedMasks = 32;
+constexpr size_t kCachedMasks = TokenMatcher::kCachedMasks;
 constexpr size_t kMaxStates = 20000;  // of a request's matcher (about 1 KiB each once stepped from)
 constexpr size_t kMaxWarmStates = 2048;  // of a matcher offered as a warm start (copied at each request's start)
 }
@@ -52,6 +53,12 @@ TokenTrie::TokenTrie(std::vector<std::string> pieces) : pieces_(std::move(pieces
     nodes_[node].end_token = static_cast<uint32_t>(tokens_.size());
   };
   build(0, 0, order.size(), 0);
+  sorted_offsets_.reserve(tokens_.size() + 1);
+  sorted_offsets_.push_back(0);
+  for (int32_t id : tokens_) {
+    sorted_bytes_ += pieces_[static_cast<size_t>(id)];
+    sorted_offsets_.push_back(static_cast<uint32_t>(sorted_bytes_.size()));
+  }
 }
 
 bool TokenTrie::extends(int32_t id) const {
@@ -76,17 +83,24 @@ TokenMatcher::TokenMatcher(std::shared_ptr<const Grammar> g, std::shared_ptr<con
   if (const std::shared_ptr<const WarmStart> w = classes_->warm_start(); w && w->dfa.grammar_ptr() == m_.grammar_ptr()) {
     m_ = w->dfa;
     m_.restart();
-    for (const auto& [state, bits] : w->masks) cache_.push_back({state, bits});
+    for (const auto& [state, bits] : w->masks) {
+      cache_.push_back({state, mask_pool::take(bits.size())});
+      std::copy(bits.begin(), bits.end(), cache_.back().bits.begin());
+    }
   }
 }
 
 TokenMatcher::~TokenMatcher() {
   // (moved from: classes_ is null) Only a matcher that went further than the warm start offers
   // its own; a copy is taken only then.
-  if (!classes_ || m_.state_count() > kMaxWarmStates || m_.state_count() <= classes_->warm_states()) return;
-  auto w = std::make_shared<WarmStart>(WarmStart{m_, {}});
-  for (const Cached& c : cache_) w->masks.emplace_back(c.state, c.bits);
-  classes_->offer_warm_start(std::move(w));
+  if (classes_ && m_.state_count() <= kMaxWarmStates && m_.state_count() > classes_->warm_states()) {
+    auto w = std::make_shared<WarmStart>(WarmStart{m_, {}});
+    for (const Cached& c : cache_) w->masks.emplace_back(c.state, c.bits);
+    classes_->offer_warm_start(std::move(w));
+  }
+  for (Cached& c : cache_) mask_pool::give(std::move(c.bits));
+  mask_pool::give(std::move(scratch_));
+  mask_pool::give(std::move(checked_));
 }
 
 bool TokenMatcher::is_end(int32_t id) const { return std::find(end_ids_.begin(), end_ids_.end(), id) != end_ids_.end(); }
@@ -194,16 +208,19 @@ void TokenMatcher::assemble(int32_t state, std::vector<uint64_t>& bits) {
   // one state often share most of their uncertain tokens: the same string rule at several places).
   std::vector<int32_t>& at = walk_states_;
   std::vector<uint64_t>& seen = checked_;
+  if (seen.capacity() < bits.size()) seen = mask_pool::take(bits.size());
   seen.assign(bits.size(), 0);
+  const std::vector<int32_t>& tokens = trie_->tokens();
   for (const TokenClasses::Context* c : ctx) {
     std::string_view prev;
     at.assign(1, state);  // at[k]: the state after the first k bytes of prev (-1: refused)
-    for (int32_t id : c->uncertain) {
+    for (int32_t rank : c->uncertain) {
+      const int32_t id = tokens[static_cast<size_t>(rank)];
       const size_t w = static_cast<size_t>(id) / 64;
       const uint64_t bit = uint64_t{1} << (id % 64);
       if ((bits[w] | seen[w]) & bit) continue;
       seen[w] |= bit;
-      const std::string& p = trie_->piece(id);
+      const std::string_view p = trie_->piece_at(static_cast<uint32_t>(rank));
       size_t k = 0;
       while (k < prev.size() && k < p.size() && k + 1 < at.size() && prev[k] == p[k]) ++k;
       at.resize(k + 1);
@@ -217,6 +234,7 @@ void TokenMatcher::assemble(int32_t state, std::vector<uint64_t>& bits) {
 
 std::span<const uint64_t> TokenMatcher::mask() {
   const size_t words = (trie_->n_vocab() + 63) / 64;
+  if (scratch_.capacity() < words) scratch_ = mask_pool::take(words);
   scratch_.assign(words, 0);
   if (!triggered_) {
     for (size_t id = 0; id < trie_->n_vocab(); ++id)
@@ -235,13 +253,16 @@ std::span<const uint64_t> TokenMatcher::mask() {
       cache_.splice(cache_.begin(), cache_, hit);
     } else {
       ++masks_built_;
-      Cached c{state, std::vector<uint64_t>(words, 0)};
+      Cached c{state, mask_pool::take(words)};
       if (classes_) assemble(state, c.bits);
       else walk(0, state, c.bits);
       cache_.push_front(std::move(c));
-      if (cache_.size() > kCachedMasks) cache_.pop_back();
+      if (cache_.size() > kCachedMasks) {
+        mask_pool::give(std::move(cache_.back().bits));
+        cache_.pop_back();
+      }
     }
-    scratch_ = cache_.front().bits;
+    std::copy(cache_.front().bits.begin(), cache_.front().bits.end(), scratch_.begin());
   }
   for (int32_t id : end_ids_)
     if (id >= 0 && static_cast<size_t>(id) < trie_->n_vocab()) {

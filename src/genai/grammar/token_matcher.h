@@ -18,6 +18,7 @@
 #include <memory>
 #include <span>
 #include <string>
+#include <string_view>
 #include <unordered_map>
 #include <vector>
 
@@ -46,9 +47,17 @@ class TokenTrie {
   const std::vector<Node>& nodes() const { return nodes_; }
   const std::vector<Edge>& edges() const { return edges_; }
   const std::vector<int32_t>& tokens() const { return tokens_; }
+  // The bytes of tokens()[rank] (tokens() is in trie order: sorted by bytes), stored back to back in
+  // that order, so a pass over ranks in order reads one stream instead of a string per token
+  // scattered over the heap (a mask's check of its uncertain tokens; TokenClasses keeps ranks).
+  std::string_view piece_at(uint32_t rank) const {
+    return {sorted_bytes_.data() + sorted_offsets_[rank], sorted_offsets_[rank + 1] - sorted_offsets_[rank]};
+  }
 
  private:
   std::vector<std::string> pieces_;
+  std::string sorted_bytes_;
+  std::vector<uint32_t> sorted_offsets_;  // tokens_.size() + 1
   std::vector<Node> nodes_;
   std::vector<Edge> edges_;
   std::vector<int32_t> tokens_;
@@ -93,6 +102,8 @@ class TokenMatcher {
   bool triggered() const { return triggered_; }
 
   int64_t masks_built() const { return masks_built_; }  // full masks computed (cache misses)
+  // Masks kept per request, by matcher state (the most recently used).
+  static constexpr size_t kCachedMasks = 32;
 
  private:
   // Before the trigger: where, in text_ + bytes, the constrained part would start (npos: not yet).
