@@ -132,6 +132,41 @@ TEST(Sampler, BlockedArgmaxAndTopLogitsEqualAPlainScan) {
   }
 }
 
+// Greedy under a mask takes whole words of the mask as one vector maximum: against a scan of the
+// allowed ids in order (the first allowed id, then any strictly greater value), on masks with whole
+// words, holes, sparse bits and empty words, ties, NaN (first allowed, elsewhere, a whole word) and a
+// vocabulary that ends inside a word.
+TEST(Sampler, GreedyUnderAMaskEqualsAScanOfTheAllowedIds) {
+  std::mt19937 rng(11);
+  Sampler s(SamplerConfig{});
+  const float nan = std::numeric_limits<float>::quiet_NaN();
+  for (size_t n : {1u, 63u, 64u, 100u, 1000u, 151936u}) {
+    for (int variant = 0; variant < 7; ++variant) {
+      std::vector<float> l(n);
+      std::uniform_int_distribution<int> small(-20, 20);
+      for (float& x : l) x = static_cast<float>(small(rng)) * 0.25f;  // many ties
+      std::vector<uint64_t> mask((n + 63) / 64, 0);
+      std::bernoulli_distribution dense(variant == 0 ? 0.002 : variant == 1 ? 0.5 : 0.97);
+      for (size_t w = 0; w < mask.size(); ++w) {
+        if (variant >= 2 && w % 5 != 3) mask[w] = ~uint64_t{0};  // whole words, and some with holes
+        for (size_t b = 0; b < 64; ++b)
+          if (w * 64 + b < n && dense(rng)) mask[w] |= uint64_t{1} << b;
+      }
+      mask[0] |= uint64_t{1} << (n > 1 ? 1 : 0);  // at least one allowed id
+      if (variant == 3 && n >= 64) l[n - 1] = 100.0f, l[n / 3] = 100.0f;
+      if (variant == 4) l[n > 1 ? 1 : 0] = nan;       // maybe the first allowed id
+      if (variant == 5 && n >= 128) for (size_t i = 64; i < 128; ++i) l[i] = nan;
+      if (variant == 6 && n >= 1000) l[777] = nan, l[778] = 50.0f, l[900] = 50.0f;
+      int32_t want = -1;
+      float want_v = 0.0f;
+      for (size_t id = 0; id < n; ++id)
+        if (mask[id / 64] >> (id % 64) & 1)
+          if (want < 0 || l[id] > want_v) want_v = l[id], want = static_cast<int32_t>(id);
+      EXPECT_EQ(s.sample(l, mask), want) << n << " " << variant;
+    }
+  }
+}
+
 TEST(Sampler, GreedyIsArgmaxWithTiesToTheLowestId) {
   const std::vector<float> l = {0.5f, 2.0f, -1.0f, 2.0f, 1.0f};
   EXPECT_EQ(argmax(l), 1);
