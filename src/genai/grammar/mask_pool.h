@@ -3,7 +3,8 @@
 // on the 2-vCPU VM these figures come from a page fault takes 10-20 us, so a new 19 KB mask cost
 // 100-170 us against 1-3 us to assemble it from the token classes. Matchers give their buffers back
 // here when they drop them, and TokenClasses fills the pool ahead of a schema's first request, on
-// its background thread, so that request finds memory already touched.
+// its background thread, so that request finds memory already touched. The matchers' rows of
+// steps come from here too (Matcher::kRowBlockWords at a time), for the same reason.
 #pragma once
 #include <cstddef>
 #include <cstdint>

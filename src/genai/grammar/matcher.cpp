@@ -3,6 +3,8 @@
 #include <algorithm>
 #include <cstring>
 
+#include "genai/grammar/mask_pool.h"
+
 namespace npullm::genai::grammar {
 
 Matcher::Matcher(std::shared_ptr<const Grammar> g) : g_(std::move(g)) {
@@ -17,9 +19,16 @@ Matcher::Matcher(std::shared_ptr<const Grammar> g, Detached) : g_(std::move(g)) 
 
 Matcher::Matcher(const Matcher& o)
     : g_(o.g_), nodes_(o.nodes_), node_ids_(o.node_ids_), seen_(o.seen_), stamp_(o.stamp_), heads_(o.heads_),
-      states_(o.states_), state_ids_(o.state_ids_), state_(o.state_) {
-  next_.reserve(o.next_.size());
-  for (const auto& row : o.next_) next_.push_back(row ? std::make_unique<std::array<int32_t, 256>>(*row) : nullptr);
+      states_(o.states_), state_ids_(o.state_ids_), row_of_(o.row_of_), n_rows_(o.n_rows_), state_(o.state_) {
+  row_blocks_.reserve(o.row_blocks_.size());
+  for (const auto& b : o.row_blocks_) {
+    row_blocks_.push_back(mask_pool::take(b.size()));
+    std::copy(b.begin(), b.end(), row_blocks_.back().begin());
+  }
+}
+
+Matcher::~Matcher() {
+  for (auto& b : row_blocks_) mask_pool::give(std::move(b));
 }
 
 Matcher& Matcher::operator=(const Matcher& o) {
@@ -80,7 +89,7 @@ int32_t Matcher::intern_state() {
     for (int32_t id : out_) s.next |= g_->sets[static_cast<size_t>(g_->elems[static_cast<size_t>(nodes_[static_cast<size_t>(id)].pos)].value)];
     heads_.insert(heads_.end(), out_.begin(), out_.end());
     states_.push_back(s);
-    next_.emplace_back();
+    row_of_.push_back(-1);
   }
   return it->second;
 }
@@ -88,8 +97,7 @@ int32_t Matcher::intern_state() {
 int32_t Matcher::step(int32_t state, uint8_t b) {
   const State& s = states_[static_cast<size_t>(state)];
   if (!s.next.test(b)) return -1;
-  auto& row = next_[static_cast<size_t>(state)];
-  if (row && (*row)[b] != -2) return (*row)[b];
+  if (const int32_t r = row_of_[static_cast<size_t>(state)]; r >= 0 && row(r)[b] != -2) return row(r)[b];
   ++stamp_;
   out_.clear();
   out_complete_ = false;
@@ -99,12 +107,13 @@ int32_t Matcher::step(int32_t state, uint8_t b) {
     if (g_->sets[static_cast<size_t>(g_->elems[static_cast<size_t>(nd.pos)].value)].test(b)) close(intern(nd.pos + 1, nd.parent));
   }
   const int32_t to = out_.empty() && !out_complete_ ? -1 : intern_state();
-  auto& r = next_[static_cast<size_t>(state)];  // next_ may have grown
-  if (!r) {
-    r = std::make_unique<std::array<int32_t, 256>>();
-    r->fill(-2);
+  int32_t& r = row_of_[static_cast<size_t>(state)];  // (row_of_ may have grown)
+  if (r < 0) {
+    if (n_rows_ % kRowsPerBlock == 0) row_blocks_.push_back(mask_pool::take(kRowBlockWords));
+    r = n_rows_++;
+    std::fill_n(row(r), 256, -2);
   }
-  (*r)[b] = to;
+  row(r)[b] = to;
   return to;
 }
 

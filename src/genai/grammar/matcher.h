@@ -42,6 +42,9 @@ class Matcher {
   Matcher& operator=(const Matcher& o);
   Matcher(Matcher&&) = default;
   Matcher& operator=(Matcher&&) = default;
+  ~Matcher();  // hands its row blocks back to mask_pool
+  // The words of one block of rows of steps (taken from mask_pool; see row() below).
+  static constexpr size_t kRowBlockWords = 16 * 128;
   // Back to the start of the text (the start state: the first the constructor made).
   void restart() { state_ = 0; }
 
@@ -105,7 +108,17 @@ class Matcher {
   std::vector<int32_t> heads_;        // every state's stack tops, state after state
   std::vector<State> states_;
   std::unordered_map<std::string, int32_t> state_ids_;  // heads (as bytes) + completion -> state
-  std::vector<std::unique_ptr<std::array<int32_t, 256>>> next_;  // per state: byte -> state, -2 unknown
+  // Per state: its row of steps (byte -> state, -2 unknown, -1 refused), or -1 before its first
+  // step. Rows are carved from blocks of kRowsPerBlock taken from mask_pool, not allocated one by
+  // one: fresh memory is what a new state cost (its pages faulted in, 10-20 us a page on the VM
+  // these figures come from), and pooled blocks were touched before.
+  int32_t* row(int32_t r) {
+    return reinterpret_cast<int32_t*>(row_blocks_[static_cast<size_t>(r) / kRowsPerBlock].data()) + r % kRowsPerBlock * 256;
+  }
+  static constexpr int32_t kRowsPerBlock = kRowBlockWords / 128;
+  std::vector<int32_t> row_of_;
+  std::vector<std::vector<uint64_t>> row_blocks_;  // each kRowBlockWords words
+  int32_t n_rows_ = 0;
 
   std::vector<int32_t> out_;
   bool out_complete_ = false;

@@ -1,5 +1,6 @@
 #include "genai/grammar/token_classes.h"
 
+#include <algorithm>
 #include <chrono>
 #include <list>
 
@@ -174,9 +175,13 @@ std::vector<int32_t> TokenClasses::returns_under(int32_t pos) const {
 }
 
 size_t TokenClasses::precompute() {
-  // Touched mask buffers for a request's mask cache and scratch, before the first request needs
-  // them (mask_pool.h: fresh pages cost more than the masks).
-  mask_pool::fill((trie_->n_vocab() + 63) / 64, TokenMatcher::kCachedMasks + 2);
+  // Afterwards (the walks' own matcher takes blocks too): touched buffers for a request's mask
+  // cache, its scratch and its first 128 matcher states' rows, before the first request needs them
+  // (mask_pool.h: fresh pages cost more than the masks).
+  struct Fill {
+    size_t words;
+    ~Fill() { mask_pool::fill(words, TokenMatcher::kCachedMasks + 2 + 8); }
+  } fill{std::max((trie_->n_vocab() + 63) / 64, Matcher::kRowBlockWords)};
   // One context per lock: a mask that needs one meanwhile waits for one walk at most.
   auto ensure = [&](const std::vector<int32_t>& chain) -> size_t {  // its uncertain count
     const std::string key = key_of(chain);
