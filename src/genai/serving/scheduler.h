@@ -203,6 +203,9 @@ class Scheduler {
   size_t copy_prefix(Slot& to, const std::vector<int32_t>& prompt, size_t have);
   // Samples the next token of a slot from `logits`; retires the request when it is finished.
   void take_token(Slot& s, std::span<const float> logits);  // samples from logits, then take_id
+  // After a decode step: the slot's next queued forced token (jump-forward beside other requests),
+  // else take_token.
+  void take_next(Slot& s, std::span<const float> logits);
   void take_id(Slot& s, int32_t id);                         // the slot's request takes token id
   bool speculative_step(const std::vector<Slot*>& rows);
   void finish(Slot& s, FinishReason why, const std::string& error = "");

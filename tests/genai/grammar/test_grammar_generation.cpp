@@ -183,6 +183,46 @@ TEST(GrammarGeneration, SchedulerGivesEachRequestItsOwnGrammarAndThePipelinesTex
   EXPECT_TRUE(arr.is_array() && arr.size() >= 2 && arr.size() <= 4) << want[3];
 }
 
+// Jump-forward when serving: a request alone runs its forced stretches as one prefill run, beside
+// others it queues the same tokens for the batched decode steps (a prefill run would stall the
+// other rows). Either way the ids are the pipeline's and the forced tokens are counted.
+TEST(GrammarGeneration, SchedulerJumpsAloneAndQueuesForcedTokensBesideOthers) {
+  NPULLM_REQUIRE_SHARED(kModel);
+  const std::string path = test::shared_path(kModel);
+  const char* schema = R"({"type":"object","properties":{"firstname":{"type":"string","maxLength":6},
+      "lastname":{"type":"string","maxLength":6},"age":{"type":"integer","minimum":0,"maximum":99}},
+      "required":["firstname","lastname","age"],"additionalProperties":false})";
+  const std::vector<std::string> prompts = {"Once upon a time", "Lily", "The little dog"};
+  const GenerationConfig g = structured(StructuredOutput::Kind::JsonSchema, schema, 200);
+  LLMPipeline pipe(path, pipeline_config());
+  std::vector<GenerationResult> want;
+  for (const std::string& p : prompts) want.push_back(pipe.generate(p, g));
+  for (int64_t parallel : {1, 3}) {
+    genai::SchedulerConfig sc;
+    sc.parallel = parallel;
+    genai::Scheduler sched(path, pipeline_config(), sc);
+    std::vector<std::future<genai::ServeResult>> got;
+    for (const std::string& p : prompts) {
+      auto done = std::make_shared<std::promise<genai::ServeResult>>();
+      got.push_back(done->get_future());
+      genai::ServeRequest r;
+      r.prompt_ids = sched.encode_prompt(p);
+      r.gen = g;
+      r.on_done = [done](const genai::ServeResult& res) { done->set_value(res); };
+      sched.submit(std::move(r));
+    }
+    for (size_t i = 0; i < prompts.size(); ++i) {
+      const genai::ServeResult r = got[i].get();
+      SCOPED_TRACE(prompts[i] + ", parallel " + std::to_string(parallel));
+      EXPECT_EQ(r.error, "");
+      EXPECT_EQ(r.ids, want[i].ids);
+      EXPECT_EQ(r.text, want[i].text);
+      EXPECT_EQ(r.forced_tokens, want[i].metrics.forced_tokens);
+      EXPECT_GE(r.forced_tokens, 3);
+    }
+  }
+}
+
 TEST(GrammarGeneration, Qwen2VocabularyUnderRandomLogitsMakesValidJson) {
   const char* vocab = "models/vocab/ggml-vocab-qwen2.gguf";
   NPULLM_REQUIRE_SHARED(vocab);
