@@ -75,7 +75,10 @@ class ContextLengthError : public std::runtime_error {
 // grammar or expression that cannot be compiled, or that uses a feature not implemented, is refused
 // (npullm::Error naming it) before anything is generated: never silently ignored.
 struct StructuredOutput {
-  enum class Kind { None, JsonObject, JsonSchema, Gbnf, Regex };
+  // PrefixedJsonSchemas: one of several literal texts, then a JSON value of that text's schema
+  // (source: a JSON array of {"prefix": text, "schema": schema}); what a gpt-oss tool call under
+  // tool_choice "required" is: its header naming the function, then that function's arguments.
+  enum class Kind { None, JsonObject, JsonSchema, Gbnf, Regex, PrefixedJsonSchemas };
   Kind kind = Kind::None;
   std::string source;   // JsonSchema: the schema as JSON text; Gbnf: llama.cpp grammar text; Regex: the expression
   // Non-empty: the output is free until this text appears in it, and the constraint applies to

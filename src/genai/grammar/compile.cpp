@@ -32,6 +32,7 @@ const char* kind_name(StructuredOutput::Kind k) {
     case StructuredOutput::Kind::JsonSchema: return "json_schema";
     case StructuredOutput::Kind::Gbnf: return "grammar";
     case StructuredOutput::Kind::Regex: return "regex";
+    case StructuredOutput::Kind::PrefixedJsonSchemas: return "prefixed_json_schemas";
   }
   return "?";
 }
@@ -43,6 +44,7 @@ std::shared_ptr<const Grammar> compile_uncached(const StructuredOutput& s) {
     case StructuredOutput::Kind::JsonSchema: return compile_json_schema(s.source);
     case StructuredOutput::Kind::Gbnf: return compile_gbnf(s.source);
     case StructuredOutput::Kind::Regex: return compile_regex(s.source);
+    case StructuredOutput::Kind::PrefixedJsonSchemas: return compile_prefixed_json_schemas(s.source);
   }
   return nullptr;
 }

@@ -209,12 +209,16 @@ struct Bound {
 
 class SchemaCompiler {
  public:
-  explicit SchemaCompiler(const json& root) : root_(root) {}
+  explicit SchemaCompiler(const json& root) : root_(root), b_(own_) {}
+  // Rules added to `b`, beside others (compile_prefixed_json_schemas: one document per prefix).
+  SchemaCompiler(const json& root, GrammarBuilder& b) : root_(root), b_(b) {}
 
   std::shared_ptr<const Grammar> build(const json& s, const std::string& path) {
     const int32_t r = compile(s, path, 0);
     return b_.build(r);
   }
+  // The rule of the document's root schema (ws is not included around it).
+  int32_t root_rule() { return compile(root_, "", 0); }
   std::shared_ptr<const Grammar> build_object() { return b_.build(object_any()); }
 
  private:
@@ -754,7 +758,8 @@ class SchemaCompiler {
   }
 
   const json& root_;
-  GrammarBuilder b_;
+  GrammarBuilder own_;
+  GrammarBuilder& b_;
   std::map<std::string, int32_t> refs_;
   int32_t ws_ = -1, jchar_ = -1, string_ = -1, integer_ = -1, number_ = -1, value_ = -1, object_ = -1, nothing_ = -1;
 };
@@ -770,6 +775,30 @@ std::shared_ptr<const Grammar> compile_json_schema(std::string_view schema_json)
   }
   SchemaCompiler c(root);
   return c.build(root, "");
+}
+
+std::shared_ptr<const Grammar> compile_prefixed_json_schemas(std::string_view alternatives_json) {
+  json alts;
+  try {
+    alts = json::parse(alternatives_json);
+  } catch (const nlohmann::json::exception& e) {
+    throw GrammarError(fmt::format("prefixed JSON schemas: not valid JSON: {}", e.what()));
+  }
+  if (!alts.is_array() || alts.empty())
+    throw GrammarError("prefixed JSON schemas: expected a non-empty array of {\"prefix\": text, \"schema\": schema}");
+  GrammarBuilder b;
+  std::vector<Expr> options;
+  std::vector<json> schemas;  // kept alive while their compilers read them
+  schemas.reserve(alts.size());
+  for (size_t i = 0; i < alts.size(); ++i) {
+    const json& a = alts[i];
+    if (!a.is_object() || !a.contains("prefix") || !a["prefix"].is_string() || !a.contains("schema") || a.size() != 2)
+      throw GrammarError(fmt::format("prefixed JSON schemas: item {} is not {{\"prefix\": text, \"schema\": schema}}", i));
+    schemas.push_back(a["schema"]);
+    SchemaCompiler c(schemas.back(), b);
+    options.push_back(Expr::seq({Expr::lit(a["prefix"].get<std::string>()), Expr::ref(c.root_rule())}));
+  }
+  return b.build(b.rule_of("root", Expr::alt(std::move(options))));
 }
 
 std::shared_ptr<const Grammar> compile_json_object() {

@@ -45,6 +45,11 @@ class UnsupportedKeyword : public GrammarError {
   std::string keyword_;
 };
 
+// One of several literal prefixes, then a JSON value of that prefix's schema: `alternatives_json` is
+// a JSON array of {"prefix": text, "schema": schema}, each schema a document of its own (its $refs
+// resolve inside it) under the rules above. Throws GrammarError as compile_json_schema does.
+std::shared_ptr<const Grammar> compile_prefixed_json_schemas(std::string_view alternatives_json);
+
 std::shared_ptr<const Grammar> compile_json_schema(std::string_view schema_json);
 // Any JSON object (response_format json_object).
 std::shared_ptr<const Grammar> compile_json_object();

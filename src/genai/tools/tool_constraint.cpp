@@ -25,33 +25,15 @@ ordered_json arguments_schema(const Tool& tool) {
              : tool.parameters;
 }
 
-// A GBNF string literal of `s` (tool names are the client's: quotes and backslashes escaped).
-std::string gbnf_literal(const std::string& s) {
-  std::string out = "\"";
-  for (char c : s) {
-    if (c == '"' || c == '\\') out += '\\';
-    out += c;
-  }
-  return out + "\"";
-}
-
-// Harmony under required / a named function: from the first token, gpt-oss's own call header with
-// one of the offered names, then a JSON object (any: a GBNF grammar cannot take the tools' JSON
-// Schemas, and StructuredOutput is one language, so the arguments are not held to them here).
-// White space inside the object is bounded, as the JSON Schema front end bounds it.
-std::string harmony_required_grammar(const std::vector<const Tool*>& tools) {
-  std::string names;
-  for (const Tool* t : tools) names += (names.empty() ? "" : " | ") + gbnf_literal(t->name);
-  return R"(root ::= "<|channel|>commentary to=functions." name " <|constrain|>json<|message|>" object
-name ::= )" + names + R"(
-object ::= "{" ws ( member ( "," ws member )* )? "}"
-member ::= string ws ":" ws value ws
-array ::= "[" ws ( value ws ( "," ws value ws )* )? "]"
-value ::= object | array | string | number | "true" | "false" | "null"
-string ::= "\"" ( [^"\\\x00-\x1f] | "\\" ( ["\\/bfnrt] | "u" [0-9a-fA-F]{4} ) )* "\""
-number ::= "-"? ( "0" | [1-9] [0-9]* ) ( "." [0-9]+ )? ( [eE] [-+]? [0-9]+ )?
-ws ::= ( " " | "\n" [ \t]{0,20} )?
-)";
+// Harmony under required / a named function: from the first token, gpt-oss's own call header
+// naming one of the offered functions, then that function's arguments under its schema (one
+// prefixed schema per function; white space inside the arguments is bounded, as for any schema).
+std::string harmony_required_alternatives(const std::vector<const Tool*>& tools) {
+  ordered_json alts = ordered_json::array();
+  for (const Tool* t : tools)
+    alts.push_back({{"prefix", "<|channel|>commentary to=functions." + t->name + " <|constrain|>json<|message|>"},
+                    {"schema", arguments_schema(*t)}});
+  return alts.dump();
 }
 
 }  // namespace
@@ -84,8 +66,8 @@ StructuredOutput tool_constraint(Family family, const std::vector<Tool>& tools, 
       s.source = (alternatives.size() == 1 ? alternatives[0] : ordered_json{{"anyOf", alternatives}}).dump();
       s.trigger = trigger_of(family);
     } else {
-      s.kind = StructuredOutput::Kind::Gbnf;
-      s.source = harmony_required_grammar(offered);
+      s.kind = StructuredOutput::Kind::PrefixedJsonSchemas;
+      s.source = harmony_required_alternatives(offered);
     }
     return s;
   }

@@ -2,7 +2,9 @@
 //   required / a named function: from the first token, a JSON Schema of the family's call JSON
 //     (an array of calls, one at most unless parallel calls are allowed; Llama 3 makes one call)
 //     whose arguments follow each tool's parameters schema; the parser (tool_call_parser.h) takes
-//     that bare JSON as the calls;
+//     that bare JSON as the calls; gpt-oss (harmony): its call header naming an offered
+//     function, then that function's arguments under its schema (StructuredOutput's
+//     PrefixedJsonSchemas);
 //   auto: lazily, from the family's trigger (<tool_call>, <|tool_call|>, <|python_tag|>) on, the
 //     JSON that follows it (the grammar ends the reply after that JSON, so one call, or for
 //     Phi-4-mini one array of calls);

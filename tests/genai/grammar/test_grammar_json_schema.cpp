@@ -182,5 +182,30 @@ TEST(GrammarJsonSchema, JsonObjectKindIsAnyObject) {
   EXPECT_FALSE(in_language(g, R"({"a":1}{})"));
 }
 
+// Literal prefixes, each followed by a value of its own schema (gpt-oss's required tool calls):
+// each schema is a document of its own ($ref inside it), a value of another prefix's schema is
+// refused, and a malformed list or an unsupported keyword is refused with a reason.
+TEST(JsonSchema, PrefixedSchemasPairEachPrefixWithItsOwnSchema) {
+  const auto g = compile_prefixed_json_schemas(R"([
+    {"prefix": "A:", "schema": {"type": "integer", "minimum": 0, "maximum": 9}},
+    {"prefix": "B:", "schema": {"$defs": {"s": {"type": "string", "maxLength": 2}}, "type": "array", "items": {"$ref": "#/$defs/s"}}}])");
+  EXPECT_TRUE(in_language(g, "A:7"));
+  EXPECT_TRUE(in_language(g, R"(B:["x", "yz"])"));
+  EXPECT_FALSE(in_language(g, "A:12"));
+  EXPECT_FALSE(in_language(g, R"(A:["x"])"));
+  EXPECT_FALSE(in_language(g, "B:7"));
+  EXPECT_FALSE(in_language(g, R"(B:["xyz"])"));
+  EXPECT_FALSE(in_language(g, "C:7"));
+  EXPECT_FALSE(in_language(g, "7"));
+  for (const char* bad : {"{}", "[]", R"([{"prefix": "A"}])", R"([{"prefix": 1, "schema": {}}])", R"([{"prefix": "A", "schema": {}, "x": 1}])", "not json"})
+    EXPECT_THROW(compile_prefixed_json_schemas(bad), GrammarError) << bad;
+  try {
+    compile_prefixed_json_schemas(R"([{"prefix": "A", "schema": {"type": "number", "multipleOf": 2}}])");
+    ADD_FAILURE() << "multipleOf accepted";
+  } catch (const UnsupportedKeyword& e) {
+    EXPECT_EQ(e.keyword(), "multipleOf");
+  }
+}
+
 }  // namespace
 }  // namespace npullm::genai::grammar

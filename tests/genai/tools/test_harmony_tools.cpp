@@ -248,15 +248,20 @@ TEST(HarmonyTools, AutoConstrainsTheArgumentsAfterTheHeaderRequiredTheWholeCall)
   EXPECT_FALSE(test::in_language(ga, R"({"city": 3})"));
   EXPECT_FALSE(test::in_language(ga, R"({"town": "Paris"})"));
 
-  // required: from the first token, gpt-oss's own header with an offered name, then an object.
+  // required: from the first token, gpt-oss's own header with an offered name, then that
+  // function's arguments under its own schema.
   const StructuredOutput r = tool_constraint(Family::Harmony, tools, ToolChoice{ToolChoice::Mode::Required, ""}, true);
-  EXPECT_EQ(r.kind, StructuredOutput::Kind::Gbnf);
+  EXPECT_EQ(r.kind, StructuredOutput::Kind::PrefixedJsonSchemas);
   EXPECT_EQ(r.trigger, "");
   const auto gr = grammar::compile(r);
   const std::string head = "<|channel|>commentary to=functions.";
-  EXPECT_TRUE(test::in_language(gr, head + R"(get_weather <|constrain|>json<|message|>{"city": "Paris", "n": [1, -2.5e3, true, null, {}]})"));
+  EXPECT_TRUE(test::in_language(gr, head + R"(get_weather <|constrain|>json<|message|>{"city": "Paris"})"));
+  EXPECT_TRUE(test::in_language(gr, head + "get_weather <|constrain|>json<|message|>{\n  \"city\": \"\\u00e9\\n\"\n}"));
   EXPECT_TRUE(test::in_language(gr, head + "get_time <|constrain|>json<|message|>{}"));
-  EXPECT_TRUE(test::in_language(gr, head + "get_time <|constrain|>json<|message|>{\n  \"a\": \"\\u00e9\\n\"\n}"));
+  EXPECT_FALSE(test::in_language(gr, head + R"(get_weather <|constrain|>json<|message|>{"city": 3})"));
+  EXPECT_FALSE(test::in_language(gr, head + R"(get_weather <|constrain|>json<|message|>{"town": "Paris"})"));
+  EXPECT_FALSE(test::in_language(gr, head + R"(get_weather <|constrain|>json<|message|>{})"));  // city is required
+  EXPECT_FALSE(test::in_language(gr, head + R"(get_time <|constrain|>json<|message|>{"city": "Paris"})"));  // not get_time's
   EXPECT_FALSE(test::in_language(gr, head + "launch <|constrain|>json<|message|>{}"));
   EXPECT_FALSE(test::in_language(gr, head + "get_time <|constrain|>json<|message|>[]"));
   EXPECT_FALSE(test::in_language(gr, head + "get_time <|constrain|>json<|message|>{} trailing"));
