@@ -97,7 +97,8 @@ int32_t Matcher::intern_state() {
 int32_t Matcher::step(int32_t state, uint8_t b) {
   const State& s = states_[static_cast<size_t>(state)];
   if (!s.next.test(b)) return -1;
-  if (const int32_t r = row_of_[static_cast<size_t>(state)]; r >= 0 && row(r)[b] != -2) return row(r)[b];
+  if (const int32_t r = row_of_[static_cast<size_t>(state)]; r >= 0)
+    if (const int32_t to = step_of(r, b); to != -2) return to;
   ++stamp_;
   out_.clear();
   out_complete_ = false;
@@ -111,9 +112,10 @@ int32_t Matcher::step(int32_t state, uint8_t b) {
   if (r < 0) {
     if (n_rows_ % kRowsPerBlock == 0) row_blocks_.push_back(mask_pool::take(kRowBlockWords));
     r = n_rows_++;
-    std::fill_n(row(r), 256, -2);
+    const uint64_t unknown = uint64_t{static_cast<uint32_t>(-2)} * 0x100000001u;  // -2 in both halves
+    std::fill_n(&step_word(r, 0), 128, unknown);
   }
-  row(r)[b] = to;
+  set_step(r, b, to);
   return to;
 }
 

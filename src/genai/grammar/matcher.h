@@ -43,7 +43,7 @@ class Matcher {
   Matcher(Matcher&&) = default;
   Matcher& operator=(Matcher&&) = default;
   ~Matcher();  // hands its row blocks back to mask_pool
-  // The words of one block of rows of steps (taken from mask_pool; see row() below).
+  // The words of one block of rows of steps (taken from mask_pool; see step_word() below).
   static constexpr size_t kRowBlockWords = 16 * 128;
   // Back to the start of the text (the start state: the first the constructor made).
   void restart() { state_ = 0; }
@@ -112,8 +112,18 @@ class Matcher {
   // step. Rows are carved from blocks of kRowsPerBlock taken from mask_pool, not allocated one by
   // one: fresh memory is what a new state cost (its pages faulted in, 10-20 us a page on the VM
   // these figures come from), and pooled blocks were touched before.
-  int32_t* row(int32_t r) {
-    return reinterpret_cast<int32_t*>(row_blocks_[static_cast<size_t>(r) / kRowsPerBlock].data()) + r % kRowsPerBlock * 256;
+  // A row is 128 words, two steps a word (byte 2i in the low half, 2i + 1 in the high half): the
+  // pool's buffers are words, and reading them through another type would be undefined.
+  uint64_t& step_word(int32_t r, uint8_t b) {
+    return row_blocks_[static_cast<size_t>(r) / kRowsPerBlock][static_cast<size_t>(r % kRowsPerBlock) * 128 + b / 2];
+  }
+  int32_t step_of(int32_t r, uint8_t b) {
+    return static_cast<int32_t>(static_cast<uint32_t>(step_word(r, b) >> (b % 2 * 32)));
+  }
+  void set_step(int32_t r, uint8_t b, int32_t to) {
+    uint64_t& w = step_word(r, b);
+    const int shift = b % 2 * 32;
+    w = (w & ~(uint64_t{0xFFFFFFFFu} << shift)) | (uint64_t{static_cast<uint32_t>(to)} << shift);
   }
   static constexpr int32_t kRowsPerBlock = kRowBlockWords / 128;
   std::vector<int32_t> row_of_;
