@@ -245,6 +245,7 @@ std::span<const uint64_t> TokenMatcher::mask() {
       // one from the text so far (its masks are rebuilt as needed).
       m_ = Matcher(m_.grammar_ptr());
       m_.accept(constrained_);
+      for (Cached& c : cache_) mask_pool::give(std::move(c.bits));
       cache_.clear();
     }
     const int32_t state = m_.state();
