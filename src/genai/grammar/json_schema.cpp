@@ -766,24 +766,24 @@ class SchemaCompiler {
 
 }  // namespace
 
-std::shared_ptr<const Grammar> compile_json_schema(std::string_view schema_json) {
-  json root;
+namespace {
+json parse_source(std::string_view text, const char* what) {
   try {
-    root = json::parse(schema_json);
+    return json::parse(text);
   } catch (const nlohmann::json::exception& e) {
-    throw GrammarError(fmt::format("JSON Schema: not valid JSON: {}", e.what()));
+    throw GrammarError(fmt::format("{}: not valid JSON: {}", what, e.what()));
   }
+}
+}  // namespace
+
+std::shared_ptr<const Grammar> compile_json_schema(std::string_view schema_json) {
+  const json root = parse_source(schema_json, "JSON Schema");
   SchemaCompiler c(root);
   return c.build(root, "");
 }
 
 std::shared_ptr<const Grammar> compile_prefixed_json_schemas(std::string_view alternatives_json) {
-  json alts;
-  try {
-    alts = json::parse(alternatives_json);
-  } catch (const nlohmann::json::exception& e) {
-    throw GrammarError(fmt::format("prefixed JSON schemas: not valid JSON: {}", e.what()));
-  }
+  const json alts = parse_source(alternatives_json, "prefixed JSON schemas");
   if (!alts.is_array() || alts.empty())
     throw GrammarError("prefixed JSON schemas: expected a non-empty array of {\"prefix\": text, \"schema\": schema}");
   GrammarBuilder b;

@@ -29,44 +29,31 @@ bool in_range(float x, float lo, float hi) { return x >= lo && x <= hi; }
 constexpr size_t kBlock = 256;
 using Vec4 = float __attribute__((vector_size(16)));  // (wider generic vectors lower badly without AVX)
 
-// The largest value of each whole block of kBlock (NaN ignored: -inf for a block of NaN alone).
-void block_maxima(std::span<const float> logits, std::vector<float>& out) {
-  const size_t nb = logits.size() / kBlock;
-  out.resize(nb);
-  const float* p = logits.data();
-  constexpr float kLow = -std::numeric_limits<float>::infinity();
-  for (size_t b = 0; b < nb; ++b, p += kBlock) {
-    Vec4 m[4] = {{kLow, kLow, kLow, kLow}, {kLow, kLow, kLow, kLow}, {kLow, kLow, kLow, kLow}, {kLow, kLow, kLow, kLow}};
-    for (size_t i = 0; i < kBlock; i += 16)
-      for (int j = 0; j < 4; ++j) {
-        Vec4 v;
-        std::memcpy(&v, p + i + 4 * j, sizeof v);
-        m[j] = v > m[j] ? v : m[j];  // (a NaN in v compares false: m stays)
-      }
-    const Vec4 a = m[0] > m[1] ? m[0] : m[1], c = m[2] > m[3] ? m[2] : m[3], d = a > c ? a : c;
-    float x = d[0];
-    for (int l = 1; l < 4; ++l) x = d[l] > x ? d[l] : x;
-    out[b] = x;
-  }
-}
-
-thread_local std::vector<float> t_maxima, t_tops;
-
-// The largest of the 64 values at p (NaN ignored: -inf for 64 NaN), vector by vector.
-float max64(const float* p) {
+// The largest of the n values at p, n a multiple of 16 (NaN ignored: -inf for n NaN), four
+// vectors at a time with one horizontal step at the end.
+float max_of(const float* p, size_t n) {
   constexpr float kLow = -std::numeric_limits<float>::infinity();
   Vec4 m[4] = {{kLow, kLow, kLow, kLow}, {kLow, kLow, kLow, kLow}, {kLow, kLow, kLow, kLow}, {kLow, kLow, kLow, kLow}};
-  for (size_t i = 0; i < 64; i += 16)
+  for (size_t i = 0; i < n; i += 16)
     for (int j = 0; j < 4; ++j) {
       Vec4 v;
       std::memcpy(&v, p + i + 4 * j, sizeof v);
-      m[j] = v > m[j] ? v : m[j];
+      m[j] = v > m[j] ? v : m[j];  // (a NaN in v compares false: m stays)
     }
   const Vec4 a = m[0] > m[1] ? m[0] : m[1], c = m[2] > m[3] ? m[2] : m[3], d = a > c ? a : c;
   float x = d[0];
   for (int l = 1; l < 4; ++l) x = d[l] > x ? d[l] : x;
   return x;
 }
+
+// The largest value of each whole block of kBlock (NaN ignored: -inf for a block of NaN alone).
+void block_maxima(std::span<const float> logits, std::vector<float>& out) {
+  const size_t nb = logits.size() / kBlock;
+  out.resize(nb);
+  for (size_t b = 0; b < nb; ++b) out[b] = max_of(logits.data() + b * kBlock, kBlock);
+}
+
+thread_local std::vector<float> t_maxima, t_tops;
 
 // Greedy under a mask: the first allowed id of the largest allowed value, as a scan in id order
 // that keeps the first allowed id and then any strictly greater value would find (so a NaN first
@@ -86,7 +73,7 @@ int32_t masked_argmax(std::span<const float> logits, std::span<const uint64_t> a
   for (size_t w = best_w; w < allowed.size() && w * 64 < n; ++w) {
     float m;
     if (allowed[w] == ~uint64_t{0} && w * 64 + 64 <= n) {
-      m = max64(logits.data() + w * 64);
+      m = max_of(logits.data() + w * 64, 64);
     } else {
       m = -std::numeric_limits<float>::infinity();
       for (uint64_t bits = allowed[w]; bits; bits &= bits - 1) {

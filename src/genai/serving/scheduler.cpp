@@ -623,8 +623,8 @@ void Scheduler::take_id(Slot& s, int32_t id) {
       if (a.cancelled) return finish(s, FinishReason::Cancelled);
     }
     s.generated = static_cast<int64_t>(a.res.ids.size());
-    const bool alone = std::none_of(slots_.begin(), slots_.end(), [&](const auto& o) { return o.get() != &s && o->req; });
-    if (run.size() > 1 && alone) {
+    const auto alone = [&] { return std::none_of(slots_.begin(), slots_.end(), [&](const auto& o) { return o.get() != &s && o->req; }); };
+    if (run.size() > 1 && alone()) {
       a.jump = std::move(run);
       return;  // decoding stays false: prefill_step runs it
     }
