@@ -231,8 +231,8 @@ void BM_Decode(benchmark::State& st, GgmlType t, int64_t K, int64_t N, int threa
 // The same matmul on one small Panels16 matrix read again and again, so that it stays in L2: the
 // kernel's own rate, without memory. Where DecodePanels (from memory) is close to this, the kernel's
 // arithmetic, not the memory, bounds decode.
-void BM_DecodeWarm(benchmark::State& st, GgmlType t, int64_t K, int64_t N) {
-  auto p = make_problem(t, 1, K, N, 1, /*use_arena=*/false, npullm::WeightLayout::Panels16);
+void BM_DecodeWarm(benchmark::State& st, GgmlType t, int64_t K, int64_t N, int64_t M) {
+  auto p = make_problem(t, M, K, N, 1, /*use_arena=*/false, npullm::WeightLayout::Panels16);
   cpu::WorkerPool pool(1);
   for (auto _ : st) run_matmul(pool, *p, p->copy(0));
   benchmark::DoNotOptimize(p->out.data());
@@ -404,7 +404,18 @@ int main(int argc, char** argv) {
           if (cpu::matmul_reads_panels16(t, K))
             benchmark::RegisterBenchmark(("DecodeWarm/" + std::string(npullm::ggml_type_name(t)) + "/" + std::to_string(K) + "/" +
                                           std::to_string(N) + "/1").c_str(),
-                                         BM_DecodeWarm, t, K, N)
+                                         BM_DecodeWarm, t, K, N, int64_t{1})
+                ->UseRealTime();
+    // VerifyWarm/<type>/M/2048/N/1: a verify step's M tokens against an L2-resident matrix (N 256
+    // and 768: their difference leaves out the per-call quantisation of x), the gemv kernel's
+    // arithmetic at M rows without the memory (Verify/ is the same from memory).
+    if (threads == 1)
+      for (GgmlType t : {GgmlType::Q4_0, GgmlType::Q8_0})
+        for (int64_t M : {1, 2, 4, 8, 16})
+          for (int64_t N : {256, 768})
+            benchmark::RegisterBenchmark(("VerifyWarm/" + std::string(npullm::ggml_type_name(t)) + "/" + std::to_string(M) +
+                                          "/2048/" + std::to_string(N) + "/1").c_str(),
+                                         BM_DecodeWarm, t, int64_t{2048}, N, M)
                 ->UseRealTime();
     for (GgmlType t : prefill_types)
       for (int64_t M : {64, 128, 512}) {
