@@ -110,6 +110,10 @@ struct Speculation {
   // The text the caller expects the reply to be mostly (OpenAI's Predicted Outputs, e.g. the file
   // being edited): guesses are taken from it first, aligned by n-gram matching; used whenever set.
   std::string prediction;
+  // C++ only: the prediction as token ids, used instead of `prediction` when not empty (a caller
+  // holding the ids of an earlier reply: text tokenized again gives the tokenizer's own split,
+  // which differs from a reply written in another split, as a random-weight model's is).
+  std::vector<int32_t> prediction_ids;
   // C++ only: a draft source of one's own (an oracle in benchmarks), tried before the others. It
   // gets the sequence so far (prompt and reply, the token just chosen last) and the most guesses
   // wanted; it returns up to that many (none: no verify step).
@@ -163,6 +167,7 @@ struct GenerationMetrics {
   // accepted / rejected_prediction_tokens).
   int64_t spec_drafted = 0, spec_accepted = 0, spec_verify_steps = 0;
   int64_t prediction_accepted = 0, prediction_rejected = 0;
+  int64_t spec_draft_steps = 0;             // decode steps of the draft model (SpecMode::Draft)
 };
 
 struct GenerationResult {

@@ -83,7 +83,8 @@ nlohmann::json metrics_json(const GenerationMetrics& m) {
           {"packed_weights", m.packed_weights}, {"cached_packed_weights", m.cached_packed_weights}, {"load_ms", m.load_ms}, {"prefill_ms", m.prefill_ms},
           {"kv_bytes_per_position", m.kv_bytes_per_position}, {"kv_ring_bytes", m.kv_ring_bytes}, {"kv_bytes", m.kv_bytes},
           {"spec_drafted", m.spec_drafted}, {"spec_accepted", m.spec_accepted}, {"spec_verify_steps", m.spec_verify_steps},
-          {"prediction_accepted", m.prediction_accepted}, {"prediction_rejected", m.prediction_rejected}};
+          {"prediction_accepted", m.prediction_accepted}, {"prediction_rejected", m.prediction_rejected},
+          {"spec_draft_steps", m.spec_draft_steps}};
 }
 
 }  // namespace npullm::cli

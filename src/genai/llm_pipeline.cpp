@@ -249,7 +249,7 @@ struct LLMPipeline::Impl {
   // for and the pipeline cannot: no verify blobs, or SpecMode::Draft without a draft model.
   std::unique_ptr<genai::Speculator> speculator_for(const GenerationConfig& g, bool structured, int64_t prompt_len) {
     const Speculation& sp = g.speculative;
-    const bool wanted = sp.mode != SpecMode::Off || !sp.prediction.empty() || sp.draft_fn;
+    const bool wanted = sp.mode != SpecMode::Off || !sp.prediction.empty() || !sp.prediction_ids.empty() || sp.draft_fn;
     if (!wanted) return nullptr;
     if (structured)  // refused before anything runs (run() asks first); never silently dropped
       fail("speculative decoding (GenerationConfig::speculative) together with structured output is not implemented: "
@@ -260,8 +260,11 @@ struct LLMPipeline::Impl {
     if (sp.ngram_min < 1 || sp.ngram_max < sp.ngram_min)
       fail("speculative decoding: n-gram lengths must satisfy 1 <= ngram_min <= ngram_max (got {} and {})", sp.ngram_min, sp.ngram_max);
     if (sp.mode == SpecMode::Draft && !draft) fail("speculative decoding with a draft model needs PipelineConfig::draft_model (--draft-model)");
+    for (int32_t id : sp.prediction_ids)
+      if (id < 0 || id >= rt->n_vocab()) fail("speculative decoding: prediction id {} is not a token of this model", id);
     std::vector<int32_t> pred;
-    if (!sp.prediction.empty()) pred = tok->encode(sp.prediction, /*add_bos=*/false);
+    if (!sp.prediction_ids.empty()) pred = sp.prediction_ids;
+    else if (!sp.prediction.empty()) pred = tok->encode(sp.prediction, /*add_bos=*/false);
     return std::make_unique<genai::Speculator>(sp, std::min(sp.max_k, cfg.spec_max_k), prompt_len, std::move(pred), draft.get());
   }
 
@@ -460,6 +463,7 @@ struct LLMPipeline::Impl {
       m.spec_verify_steps = spec->verify_steps;
       m.prediction_accepted = spec->prediction_accepted;
       m.prediction_rejected = spec->prediction_rejected;
+      m.spec_draft_steps = spec->draft_steps();
     }
     return res;
   }

@@ -168,6 +168,8 @@ uint64_t Scheduler::submit(ServeRequest r) {
   if (sp.max_k < 1) fail("speculative decoding: max_k must be at least 1 (got {})", sp.max_k);
   if (sp.ngram_min < 1 || sp.ngram_max < sp.ngram_min)
     fail("speculative decoding: n-gram lengths must satisfy 1 <= ngram_min <= ngram_max (got {} and {})", sp.ngram_min, sp.ngram_max);
+  for (int32_t id : sp.prediction_ids)
+    if (id < 0 || id >= rt_->n_vocab()) fail("speculative decoding: prediction id {} is not a token of this model", id);
   auto a = std::make_unique<Active>();
   // The grammar is compiled here, on the caller's thread (cached by source), never on the decode
   // loop's; a refused schema or grammar throws before anything is queued.
@@ -260,9 +262,10 @@ bool Scheduler::admit() {
     // Speculation where the request asks for it and the runtime has verify blobs; never with a
     // grammar (a server-wide --spec steps aside for structured requests: it changes no text).
     const Speculation& sp = g.speculative;
-    if ((sp.mode != SpecMode::Off || !sp.prediction.empty() || sp.draft_fn) && !a->structured && rt_->max_verify_rows(best->id) > 1) {
+    if ((sp.mode != SpecMode::Off || !sp.prediction.empty() || !sp.prediction_ids.empty() || sp.draft_fn) && !a->structured && rt_->max_verify_rows(best->id) > 1) {
       std::vector<int32_t> pred;
-      if (!sp.prediction.empty()) pred = tok_->encode(sp.prediction, /*add_bos=*/false);
+      if (!sp.prediction_ids.empty()) pred = sp.prediction_ids;
+      else if (!sp.prediction.empty()) pred = tok_->encode(sp.prediction, /*add_bos=*/false);
       a->spec = std::make_unique<Speculator>(sp, std::min(sp.max_k, rt_->max_verify_rows(best->id) - 1),
                                              static_cast<int64_t>(prompt.size()), std::move(pred), nullptr);
     }

@@ -83,9 +83,19 @@ std::vector<int32_t> DraftModel::propose(std::span<const int32_t> seq, int64_t k
   if (!rt_->can_truncate(0, static_cast<int64_t>(common))) common = 0;
   rt_->rollback(0, static_cast<int64_t>(common));
   ids_.resize(common);
-  std::span<const float> logits = rt_->prefill(seq.subspan(common));
-  ids_.insert(ids_.end(), seq.begin() + static_cast<long>(common), seq.end());
-  tokens_run_ += static_cast<int64_t>(seq.size() - common);
+  // After a verify step the draft lacks 1 or 2 tokens (its last guess, the model's own token): a
+  // few tokens run as decode steps, since the smallest prefill blob (16 rows or more) costs
+  // several of them; a longer stretch (the prompt) is prefilled.
+  const std::span<const int32_t> missing = seq.subspan(common);
+  std::span<const float> logits;
+  if (missing.size() <= kDecodeCatchUp) {
+    for (int32_t id : missing) logits = rt_->decode(id);
+    decode_steps_ += static_cast<int64_t>(missing.size());
+  } else {
+    logits = rt_->prefill(missing);
+  }
+  ids_.insert(ids_.end(), missing.begin(), missing.end());
+  tokens_run_ += static_cast<int64_t>(missing.size());
   std::vector<int32_t> out;
   for (int64_t j = 0; j < k; ++j) {
     const int32_t d = argmax(logits);
@@ -94,6 +104,7 @@ std::vector<int32_t> DraftModel::propose(std::span<const int32_t> seq, int64_t k
     logits = rt_->decode(d);
     ids_.push_back(d);
     ++tokens_run_;
+    ++decode_steps_;
   }
   return out;
 }
@@ -121,7 +132,11 @@ void KSchedule::record(int64_t drafted, int64_t accepted) {
 }
 
 Speculator::Speculator(const Speculation& s, int64_t max_k, int64_t prompt_len, std::vector<int32_t> prediction, DraftModel* draft)
-    : s_(s), sched_(max_k, s.adaptive), pred_(std::move(prediction), prompt_len, s.ngram_max, s.ngram_min), draft_(draft) {}
+    : s_(s),
+      sched_(max_k, s.adaptive),
+      pred_(std::move(prediction), prompt_len, s.ngram_max, s.ngram_min),
+      draft_(draft),
+      draft_steps_at_start_(draft ? draft->decode_steps() : 0) {}
 
 std::vector<int32_t> Speculator::propose(std::span<const int32_t> seq, int64_t room) {
   last_from_prediction_ = false;

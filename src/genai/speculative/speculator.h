@@ -69,11 +69,14 @@ class DraftModel {
   std::vector<int32_t> propose(std::span<const int32_t> seq, int64_t k);
   npuw::LlmRuntime& runtime() { return *rt_; }
   int64_t tokens_run() const { return tokens_run_; }  // draft tokens run (prefill + decode)
+  int64_t decode_steps() const { return decode_steps_; }  // of them, run as decode steps
+
+  static constexpr size_t kDecodeCatchUp = 4;  // missing tokens run as decode steps, not a prefill
 
  private:
   std::unique_ptr<npuw::LlmRuntime> rt_;
   std::vector<int32_t> ids_;  // the rows in rt_'s state
-  int64_t tokens_run_ = 0;
+  int64_t tokens_run_ = 0, decode_steps_ = 0;
 };
 
 // Adaptive K with back-off (see above).
@@ -103,12 +106,15 @@ class Speculator {
 
   int64_t drafted = 0, accepted = 0, verify_steps = 0;
   int64_t prediction_accepted = 0, prediction_rejected = 0;
+  // The draft model's decode steps during this generation (0 without one).
+  int64_t draft_steps() const { return draft_ ? draft_->decode_steps() - draft_steps_at_start_ : 0; }
 
  private:
   Speculation s_;
   KSchedule sched_;
   PredictionDraft pred_;
   DraftModel* draft_;
+  int64_t draft_steps_at_start_ = 0;
   bool last_from_prediction_ = false;
 };
 

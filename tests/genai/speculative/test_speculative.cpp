@@ -264,6 +264,16 @@ TEST_P(SpecSameAnswer, GreedyOutputIsIdenticalForEveryKAndDraftSource) {
     g.speculative.prediction = spec.detokenize(edited);
     expect_same(off, spec.generate(GetParam().prompt, g), "edited prediction, K " + std::to_string(k));
     g.speculative.prediction.clear();
+    // The same edit sent as ids: the guesses follow the reply through every substitution, so at
+    // least half of what K allows of the unchanged tokens is taken from it (a verify step yields
+    // at most K guessed tokens of every K + 1; each edit loses the guesses after it in its step).
+    // Losing the prediction at the first edit would take 5.
+    g.speculative.prediction_ids = edited;
+    const GenerationResult pi = spec.generate(GetParam().prompt, g);
+    expect_same(off, pi, "edited prediction as ids, K " + std::to_string(k));
+    const int64_t edits = static_cast<int64_t>((edited.size() - 5 + 9) / 10);
+    EXPECT_GE(pi.metrics.prediction_accepted, (static_cast<int64_t>(off.ids.size()) - edits) * k / (k + 1) / 2) << "K " << k;
+    g.speculative.prediction_ids.clear();
   }
 }
 
@@ -349,6 +359,9 @@ TEST(SpecRefusals, SpeculationTheConfigurationCannotRunIsRefusedByName) {
   LLMPipeline some(path, pipeline_config(3));
   g.speculative.mode = SpecMode::Draft;
   EXPECT_NE(test::error_of([&] { some.generate("Once", g); }).find("draft_model"), std::string::npos);
+  g.speculative.mode = SpecMode::Off;
+  g.speculative.prediction_ids = {1, static_cast<int32_t>(some.n_vocab())};
+  EXPECT_NE(test::error_of([&] { some.generate("Once", g); }).find("prediction id"), std::string::npos);
   PipelineConfig bad = pipeline_config(3, test::shared_path("golden/qwen2-gpt2.Q4_0.gguf"));
   if (std::filesystem::exists(bad.draft_model)) {
     EXPECT_NE(test::error_of([&] { LLMPipeline p(path, bad); }).find("share the vocabulary"), std::string::npos);
