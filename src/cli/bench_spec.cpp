@@ -10,8 +10,13 @@
 //                      with speculation and without (medians of -r runs; the pipeline's decode
 //                      time: verify steps, guessing and decode steps, not the prompt's prefill)
 //   acceptance         accepted guesses / guesses; accepted_per_verify: accepted / verify steps
-//   predicted_speedup  (1 - a^(K+1)) / ((1 - a) (c K + r(K))) for acceptance a, with the K the
-//                      run used on average (the fixed-K formula; c = 0 without a draft model)
+//   predicted_speedup  what the run's own steps cost by r and c, in decode steps: each verify
+//                      step r of the blob that holds its mean K + 1 rows, each of the draft
+//                      model's decode steps c, each other step 1, against one step a token
+//   prediction         --prediction FILE, or --spec-edit F: the model's own greedy reply with a
+//                      fraction F of its tokens replaced by random others (as token ids), as a
+//                      caller editing a file sends it; prediction_accepted /
+//                      prediction_rejected count its guesses as OpenAI's usage does
 //   oracle             --spec-oracle A,...: a draft of known acceptance A (the model's own greedy
 //                      reply, each guess replaced by another token with probability 1 - A), K
 //                      fixed: measured speed-up beside (1 - A^(K+1)) / ((1 - A) r(K))
@@ -89,13 +94,20 @@ struct GenFigures {
   double tps = 0;  // median decode tokens/s
   double acceptance = 0, accepted_per_verify = 0, mean_k = 0;
   int64_t drafted = 0, accepted = 0, verify_steps = 0, generated = 0;
+  int64_t prediction_accepted = 0, prediction_rejected = 0, draft_steps = 0;
+  bool same_ids = true;  // every run's ids equal to `expect` (when given)
 };
 
-GenFigures run_gen(LLMPipeline& pipe, const std::string& prompt, const GenerationConfig& g, int64_t reps) {
+GenFigures run_gen(LLMPipeline& pipe, const std::string& prompt, const GenerationConfig& g, int64_t reps,
+                   const std::vector<int32_t>* expect = nullptr) {
   std::vector<double> tps;
   GenFigures f;
   for (int64_t r = 0; r < reps; ++r) {
     const GenerationResult res = pipe.generate(prompt, g);
+    if (expect && res.ids != *expect) f.same_ids = false;
+    f.prediction_accepted += res.metrics.prediction_accepted;
+    f.prediction_rejected += res.metrics.prediction_rejected;
+    f.draft_steps += res.metrics.spec_draft_steps;
     tps.push_back(res.metrics.decode_tps);
     f.drafted += res.metrics.spec_drafted;
     f.accepted += res.metrics.spec_accepted;
@@ -140,6 +152,7 @@ int bench_spec(const std::string& model, const SpecBenchOptions& so, const npuw:
   // r(K) per capacity and verify size; c for a draft model.
   nlohmann::json by_capacity = nlohmann::json::array();
   double r_k = 0;  // the smallest capacity's, for the blob that holds K + 1 rows
+  std::vector<double> r_by_size;  // the smallest capacity's, by verify blob size
   std::vector<int64_t> sizes;
   double draft_cost = 0;
   {
@@ -152,7 +165,10 @@ int bench_spec(const std::string& model, const SpecBenchOptions& so, const npuw:
       nlohmann::json ratios = nlohmann::json::object();
       for (size_t s = 0; s < sizes.size(); ++s) ratios[std::to_string(sizes[s] - 1)] = t.verify_s[s] / t.decode_s;
       by_capacity.push_back({{"capacity", cap}, {"depth", depth}, {"decode_ms", t.decode_s * 1e3}, {"r_by_k", ratios}});
-      if (r_k == 0) r_k = t.verify_s[k_blob] / t.decode_s;
+      if (r_k == 0) {
+        r_k = t.verify_s[k_blob] / t.decode_s;
+        for (double v : t.verify_s) r_by_size.push_back(v / t.decode_s);
+      }
     }
     if (so.mode == "draft") {
       npuw::RuntimeConfig dc = rc;
@@ -176,6 +192,22 @@ int bench_spec(const std::string& model, const SpecBenchOptions& so, const npuw:
   on.speculative.max_k = so.k;
   on.speculative.adaptive = !so.fixed_k;
   if (!so.prediction_file.empty()) on.speculative.prediction = read_text(so.prediction_file);
+  int64_t edited = 0;
+  if (so.edit >= 0) {
+    // An edit of the reply: each token, with probability `edit`, replaced by another one. Sent as
+    // ids (Speculation::prediction_ids): a random-weight model's reply is rarely in the tokenizer's
+    // own split, so as text it would differ from the reply in more tokens than were edited.
+    std::mt19937_64 erng(7);
+    std::vector<int32_t> ids = reference.ids;
+    const uint64_t V = static_cast<uint64_t>(pipe.n_vocab());
+    for (int32_t& id : ids)
+      if (std::uniform_real_distribution<double>(0, 1)(erng) < so.edit) {
+        const int32_t was = id;
+        while (id == was) id = static_cast<int32_t>(erng() % V);
+        ++edited;
+      }
+    on.speculative.prediction_ids = ids;
+  }
   GenFigures f_on;
   nlohmann::json oracle = nlohmann::json::array();
   if (so.mode == "oracle") {
@@ -199,9 +231,19 @@ int bench_spec(const std::string& model, const SpecBenchOptions& so, const npuw:
     }
   } else {
     on.speculative.mode = so.mode == "draft" ? SpecMode::Draft : SpecMode::Lookup;
-    f_on = run_gen(pipe, prompt, on, so.repetitions);
+    f_on = run_gen(pipe, prompt, on, so.repetitions, &reference.ids);
   }
-  const double predicted = f_on.verify_steps > 0 ? expected_speedup(f_on.acceptance, f_on.mean_k, r_k, draft_cost) : 1.0;
+  // What the steps the run took cost by r and c: each verify step of mean K guesses costs r of the
+  // blob that holds K + 1 rows plus c K for the draft, each other step one decode step.
+  double predicted = 1.0;
+  if (f_on.verify_steps > 0) {
+    const auto blob = std::find_if(sizes.begin(), sizes.end(), [&](int64_t s) { return static_cast<double>(s) >= f_on.mean_k + 1.0; });
+    const double r_mean = blob == sizes.end() ? r_k : r_by_size[static_cast<size_t>(blob - sizes.begin())];
+    const double v = static_cast<double>(f_on.verify_steps);
+    const double decodes = std::max(0.0, static_cast<double>(f_on.generated - f_on.verify_steps - f_on.accepted));
+    const double draft = so.mode == "draft" ? draft_cost * static_cast<double>(f_on.draft_steps) : 0.0;
+    predicted = static_cast<double>(f_on.generated) / (v * r_mean + draft + decodes);
+  }
 
   nlohmann::json spec = {{"mode", so.mode},
                          {"k", so.k},
@@ -219,9 +261,14 @@ int bench_spec(const std::string& model, const SpecBenchOptions& so, const npuw:
                          {"tg_tps_off", f_off.tps},
                          {"speedup", f_off.tps > 0 ? f_on.tps / f_off.tps : 0.0},
                          {"predicted_speedup", predicted},
+                         {"prediction_accepted", f_on.prediction_accepted},
+                         {"draft_steps", f_on.draft_steps},
+                         {"prediction_rejected", f_on.prediction_rejected},
+                         {"same_ids", f_on.same_ids},
                          {"n_gen", so.n_gen},
                          {"repetitions", so.repetitions}};
   if (so.mode == "draft") spec["draft_cost_ratio"] = draft_cost;
+  if (so.edit >= 0) spec["prediction_edit"] = {{"fraction", so.edit}, {"tokens_changed", edited}, {"tokens", reference.ids.size()}};
   if (!oracle.empty()) spec["oracle"] = oracle;
   if (so.json) {
     fmt::print("{}\n", nlohmann::json{{"model", model}, {"device", pipe.description()}, {"spec", spec}}.dump());
@@ -245,6 +292,11 @@ int bench_spec(const std::string& model, const SpecBenchOptions& so, const npuw:
              "{:.1f} off: {:.2f}x (predicted from r, c and the acceptance: {:.2f}x)\n",
              so.mode, so.k, f_on.acceptance, f_on.accepted, f_on.drafted, f_on.accepted_per_verify, f_on.mean_k, f_on.tps, f_off.tps,
              f_off.tps > 0 ? f_on.tps / f_off.tps : 0.0, predicted);
+  if (!on.speculative.prediction.empty() || !on.speculative.prediction_ids.empty())
+    fmt::print("prediction{}: {} guesses accepted, {} rejected\n",
+               so.edit >= 0 ? fmt::format(" (the greedy reply, {} of its {} tokens changed)", edited, reference.ids.size()) : "",
+               f_on.prediction_accepted, f_on.prediction_rejected);
+  if (so.mode != "oracle") fmt::print("same ids as without speculation: {}\n", f_on.same_ids ? "yes" : "NO");
   return 0;
 }
 

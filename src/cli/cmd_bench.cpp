@@ -551,6 +551,11 @@ void add_bench(CLI::App& app, Actions& actions) {
   cmd->add_option("--spec-prompt", spec->prompt, "--spec: the prompt")->capture_default_str();
   cmd->add_option("--prediction", spec->prediction_file, "--spec: a file with the expected reply (Predicted Outputs)")
       ->check(CLI::ExistingFile);
+  cmd->add_option("--spec-edit", spec->edit,
+                  "--spec: the prediction is the model's own greedy reply to the prompt with this fraction of its tokens "
+                  "changed (an edit), e.g. 0.1")
+      ->check(CLI::Range(0.0, 1.0))
+      ->excludes("--prediction");
   cmd->add_option("--draft-model", spec->draft_model, "--spec draft: the draft model")->check(CLI::ExistingFile);
   o->rt.add_to(cmd);
   actions.push_back([cmd, o, schema, spec]() -> int {

@@ -95,6 +95,7 @@ struct SpecBenchOptions {
   std::vector<double> alphas;  // --spec-oracle A,..: oracle drafts of known acceptance
   std::string prompt = "Once upon a time";
   std::string prediction_file;
+  double edit = -1;            // --spec-edit F: the prediction is the model's own greedy reply, F of its tokens changed
   std::string draft_model;
   int64_t n_gen = 128, repetitions = 3;
   bool json = false;
