@@ -201,6 +201,63 @@ npullm_status npullm_session_set_structured(npullm_session* session, npullm_stru
 /* The same compile and check without a session: NPULLM_OK when the source is accepted. */
 npullm_status npullm_structured_check(npullm_structured_kind kind, const char* source, const char* trigger);
 
+/* ---- speculative decoding: several tokens per weight read ---- */
+
+/* Opens a model as npullm_model_open does, with what speculative decoding needs at load
+ * (docs/speculative.md). spec_max_k: the most guesses one verify step checks, 0..63; > 0 compiles
+ * verify blobs of 2, 4, 8, ... rows up to spec_max_k + 1 per capacity (cached as the other blobs
+ * are); 0 is npullm_model_open. draft_model: NULL or "", or a GGUF sharing the model's vocabulary
+ * whose greedy tokens are the guesses of NPULLM_SPEC_DRAFT (each session loads it beside the model,
+ * with K/V rows of its own); it needs spec_max_k > 0. The draft is opened once here to check it.
+ * Errors: INVALID_ARGUMENT (spec_max_k out of range, a draft without verify blobs), IO (a file
+ * that cannot be opened), MODEL (refused, or a draft whose vocabulary differs). */
+npullm_status npullm_model_open_speculative(const char* path, const npullm_model_params* params, int64_t spec_max_k,
+                                            const char* draft_model, npullm_model** out_model);
+
+typedef enum npullm_spec_mode {
+  NPULLM_SPEC_OFF = 0,     /* no guesses of its own (a prediction, when given, is still used) */
+  NPULLM_SPEC_LOOKUP = 1,  /* prompt lookup: what followed the latest earlier occurrence of the last tokens */
+  NPULLM_SPEC_DRAFT = 2    /* the draft model of npullm_model_open_speculative guesses greedily */
+} npullm_spec_mode;
+
+/* Speculative decoding for the session's following generations (npullm_generate,
+ * npullm_generate_tokens, npullm_chat), until it is called again; off by default. Greedy output is
+ * the same token for token as without it; sampled output keeps the model's distribution.
+ * max_k: the most guesses one verify step checks (at least 1; capped by the model's spec_max_k);
+ * adaptive: nonzero lets K follow the recent acceptance (grow after a step that took every guess,
+ * shrink after one that did not), 0 keeps it at max_k. prediction: NULL or "", or the text the
+ * reply is expected to be mostly (OpenAI's Predicted Outputs, e.g. the file being edited): its
+ * tokens are guessed first, whatever the mode. max_k is not checked when nothing is asked for
+ * (NPULLM_SPEC_OFF and no prediction), so (session, NPULLM_SPEC_OFF, 0, 0, NULL) turns it off.
+ * Refused with NPULLM_ERR_INVALID_ARGUMENT and a message, the session keeping its previous
+ * setting: a mode that is not an npullm_spec_mode, max_k < 1, speculation on a model opened
+ * without verify blobs (spec_max_k 0), NPULLM_SPEC_DRAFT on a model without a draft model, and
+ * speculation while the session has structured output (a grammar decodes token by token; set
+ * NPULLM_STRUCTURED_NONE first). npullm_session_set_structured likewise refuses a constraint while
+ * speculation is on. (Functions rather than fields of npullm_model_params and npullm_sampling,
+ * whose layouts the ABI number fixes.) */
+npullm_status npullm_session_set_speculative(npullm_session* session, npullm_spec_mode mode, int64_t max_k, int adaptive,
+                                             const char* prediction);
+/* The same checks against a model, without a session (structured output aside): NPULLM_OK when
+ * its sessions would take this setting. */
+npullm_status npullm_speculative_check(const npullm_model* model, npullm_spec_mode mode, int64_t max_k, int adaptive,
+                                       const char* prediction);
+
+/* What speculation did in one generation. A verify step checks up to K guesses in one run of the
+ * model over K + 1 tokens and also yields the model's own next token, so a step produces
+ * spec_accepted / spec_verify_steps + 1 tokens on average (docs/speculative.md: what it costs). */
+typedef struct npullm_spec_metrics {
+  int64_t spec_drafted;         /* guesses checked */
+  int64_t spec_accepted;        /* of them, those the model agreed with (kept in the reply) */
+  int64_t spec_verify_steps;    /* verify steps run */
+  int64_t prediction_accepted;  /* of the guesses, those taken from the prediction and accepted ... */
+  int64_t prediction_rejected;  /* ... and rejected (OpenAI's accepted / rejected_prediction_tokens) */
+} npullm_spec_metrics;
+
+/* The speculation counters of the session's last generation (zeros before the first, and for a
+ * generation without speculation). */
+npullm_status npullm_session_last_spec_metrics(const npullm_session* session, npullm_spec_metrics* out_metrics);
+
 /* Receives the generated text in UTF-8-complete pieces (piece[len] is NUL) as they are sampled.
  * Return nonzero to go on, 0 to cancel: the generation then ends after that token with
  * NPULLM_FINISH_CANCELLED (still NPULLM_OK). */

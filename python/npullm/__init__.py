@@ -14,8 +14,16 @@ regex= or json_object=True, and grammar_trigger= (constrain only after that text
 
     llm.generate("A person:", json_schema={"type": "object", "properties": {"name": {"type": "string"}}}).text()
 
+Speculative decoding (several tokens per weight read; greedy output unchanged): open the model with
+spec_max_k= (verify blobs) and optionally draft_model=, then give generate() and send() spec=
+("lookup", "draft"), spec_k=, spec_adaptive= and prediction= (the text the reply is expected to be):
+
+    llm = npullm.LLM("model.gguf", spec_max_k=7)
+    llm.generate(prompt, spec="lookup").text()                # .result.metrics["spec_accepted"], ...
+
 Errors from the library raise NpullmError (ContextLengthError for a prompt that cannot fit;
-StructuredOutputError, also a ValueError, for a refused schema, grammar or expression) with
+StructuredOutputError, also a ValueError, for a refused schema, grammar or expression;
+SpeculationError, also a ValueError, for a speculation setting the model cannot run) with
 the library's message. A session runs one generation at a time; starting another cancels the first.
 """
 import ctypes
@@ -55,6 +63,12 @@ class StructuredOutputError(NpullmError, ValueError):
         self.keyword = found.group(1) if found else None
 
 
+class SpeculationError(NpullmError, ValueError):
+    """A speculative-decoding setting the model cannot run, refused at the call: speculation on a
+    model opened without spec_max_k=, spec="draft" without draft_model=, spec_k < 1, or together
+    with structured output. The message says which, and what to do."""
+
+
 def _check(status):
     if status != _capi.OK:
         name = _lib.npullm_status_name(status).decode()
@@ -78,8 +92,14 @@ class Result:
     metrics: dict = field(default_factory=dict)
 
 
-def _metrics(m):
-    return {name: getattr(m, name) for name, _ in _capi.Metrics._fields_}
+def _metrics(m, session_handle):
+    """npullm_metrics and the session's speculation counters (npullm_spec_metrics: kept apart in the
+    C API because npullm_metrics' layout is fixed), as one dict."""
+    spec = _capi.SpecMetrics()
+    _check(_lib.npullm_session_last_spec_metrics(session_handle, ctypes.byref(spec)))
+    out = {name: getattr(m, name) for name, _ in _capi.Metrics._fields_}
+    out.update({name: getattr(spec, name) for name, _ in _capi.SpecMetrics._fields_})
+    return out
 
 
 def _sampling(max_new_tokens=256, temperature=0.0, top_k=0, top_p=1.0, min_p=0.0, typical_p=1.0,
@@ -150,6 +170,35 @@ def _structured(options):
     return kind, source, trig, name
 
 
+def _speculation(options, model, structured):
+    """Takes the speculative-decoding keywords out of `options`: None (off) or the arguments of
+    npullm_session_set_speculative after the session (mode, max_k, adaptive, prediction), checked
+    by the library against the model now, so that a refused setting raises at the call."""
+    spec = options.pop("spec", None)
+    spec_k = options.pop("spec_k", None)
+    adaptive = options.pop("spec_adaptive", None)
+    prediction = options.pop("prediction", None)
+    if spec is None and not prediction:
+        if spec_k is not None or adaptive is not None:
+            raise TypeError("spec_k and spec_adaptive need spec= or prediction=")
+        return None
+    if spec is None:
+        spec = "off"  # a prediction alone
+    if spec not in _capi.SPEC_MODES:
+        raise ValueError(f"spec must be one of {', '.join(map(repr, _capi.SPEC_MODES))}, not {spec!r}")
+    if spec == "off" and not prediction:
+        return None
+    if structured is not None:
+        raise SpeculationError("invalid_argument", f"spec / prediction together with {structured}: speculative decoding "
+                               "with structured output is not implemented (a grammar decodes token by token)")
+    args = (_capi.SPEC_MODES[spec], 7 if spec_k is None else spec_k, int(adaptive is None or bool(adaptive)),
+            prediction.encode() if prediction else None)
+    status = _lib.npullm_speculative_check(model, *args)
+    if status != _capi.OK:
+        raise SpeculationError(_lib.npullm_status_name(status).decode(), _lib.npullm_last_error().decode("utf-8", "replace"))
+    return args
+
+
 class Stream:
     """An iterator over the text pieces of one generation, as they are sampled.
 
@@ -190,7 +239,7 @@ class Stream:
                 text=ctypes.string_at(res.text, res.text_len).decode("utf-8", "replace"),
                 ids=[res.ids[i] for i in range(res.n_ids)],
                 finish_reason=_capi.FINISH_REASONS[res.finish],
-                metrics=_metrics(res.metrics))
+                metrics=_metrics(res.metrics, self._session._handle))
         except BaseException as e:  # raised to the consumer from __next__
             self._error = e
         finally:
@@ -272,20 +321,28 @@ class _Session:
         return self._stream_call(lambda handle, s, callback, result: fn(handle, first_arg, s, callback, None, result), sampling)
 
     def _stream_call(self, fn, options):
-        """A Stream running fn(handle, sampling, callback, result) with these sampling and
-        structured-output keywords; the session's constraint is set on the worker thread, right
-        before the call (the previous stream on this session has ended by then)."""
+        """A Stream running fn(handle, sampling, callback, result) with these sampling,
+        structured-output and speculation keywords; the session's constraint and speculation are
+        set on the worker thread, right before the call (the previous stream on this session has
+        ended by then)."""
         options = dict(options)
         kind, source, trigger, name = _structured(options)
+        spec = _speculation(options, self._llm._model, name)
         s, keep = _sampling(**options)
         handle = self._handle
 
         def call(callback, result):
             _keep = keep  # noqa: F841 (the stop arrays live as long as the call)
+            # The previous call's speculation off first: a session refuses a constraint while it speculates.
+            _check(_lib.npullm_session_set_speculative(handle, _capi.SPEC_OFF, 0, 0, None))
             status = _lib.npullm_session_set_structured(handle, kind, source, trigger)
             if status != _capi.OK:
                 message = _lib.npullm_last_error().decode("utf-8", "replace")
                 raise StructuredOutputError(_lib.npullm_status_name(status).decode(), f"{name}: {message}")
+            if spec is not None:
+                status = _lib.npullm_session_set_speculative(handle, *spec)
+                if status != _capi.OK:
+                    raise SpeculationError(_lib.npullm_status_name(status).decode(), _lib.npullm_last_error().decode("utf-8", "replace"))
             return fn(handle, ctypes.byref(s), callback, result)
         return Stream(self, call)
 
@@ -298,7 +355,7 @@ class _Session:
     def last_metrics(self):
         m = _capi.Metrics()
         _check(_lib.npullm_session_last_metrics(self._handle, ctypes.byref(m)))
-        return _metrics(m)
+        return _metrics(m, self._handle)
 
     def close(self):
         if self._active is not None:
@@ -379,9 +436,12 @@ class LLM:
     min_response_len, threads, cache_dir, use_cache, kv_type ("f16", "f32", "q8_0"),
     repack_weights, context_policy ("shift", "truncate"), n_keep, chat_template,
     cut_long_prompts (False: a prompt that cannot fit raises ContextLengthError).
+    Speculative decoding: spec_max_k (the most guesses a verify step checks, 0-63: compiles the
+    verify blobs; 0, the default, allows none) and draft_model (a GGUF sharing the vocabulary, for
+    spec="draft"; needs spec_max_k).
     """
 
-    def __init__(self, model, **options):
+    def __init__(self, model, *, spec_max_k=0, draft_model=None, **options):
         p = _lib.npullm_model_default_params()
         self._keep = []
         for key, value in options.items():
@@ -403,7 +463,8 @@ class LLM:
             else:
                 raise TypeError(f"LLM() got an unknown option {key!r}")
         handle = ctypes.c_void_p()
-        _check(_lib.npullm_model_open(str(model).encode(), ctypes.byref(p), ctypes.byref(handle)))
+        draft = None if draft_model is None else str(draft_model).encode()
+        _check(_lib.npullm_model_open_speculative(str(model).encode(), ctypes.byref(p), spec_max_k, draft, ctypes.byref(handle)))
         self._model = handle
         self._session = None
 
@@ -451,7 +512,11 @@ class LLM:
         (strings), stop_token_ids, ignore_eos. Structured output (at most one): json_schema (a dict
         or JSON text), grammar (GBNF text), regex, json_object=True; grammar_trigger: the reply is
         free until this text and constrained after it. A refused one raises StructuredOutputError
-        here, before anything is generated."""
+        here, before anything is generated. Speculative decoding (the LLM opened with spec_max_k=):
+        spec ("lookup", "draft", "off"), spec_k (the most guesses per verify step, 7), spec_adaptive
+        (True: K follows the acceptance), prediction (the text the reply is expected to be mostly);
+        greedy output is unchanged; a setting the model cannot run raises SpeculationError here.
+        Each call's constraint and speculation are its own."""
         session = self._default_session()
         if isinstance(prompt, str):
             return session._stream(_lib.npullm_generate, prompt.encode(), sampling)
@@ -490,4 +555,5 @@ class LLM:
             pass
 
 
-__all__ = ["LLM", "Chat", "Stream", "Result", "NpullmError", "ContextLengthError", "StructuredOutputError", "__version__"]
+__all__ = ["LLM", "Chat", "Stream", "Result", "NpullmError", "ContextLengthError", "StructuredOutputError", "SpeculationError",
+           "__version__"]

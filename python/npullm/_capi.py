@@ -14,6 +14,8 @@ KV_TYPES = {"f16": 0, "f32": 1, "q8_0": 2}
 CONTEXT_POLICIES = {"shift": 0, "truncate": 1}
 FINISH_REASONS = ["eos", "stop_token", "stop_string", "length", "cancelled"]
 STRUCTURED_NONE, STRUCTURED_JSON_OBJECT, STRUCTURED_JSON_SCHEMA, STRUCTURED_GRAMMAR, STRUCTURED_REGEX = range(5)
+SPEC_MODES = {"off": 0, "lookup": 1, "draft": 2}
+SPEC_OFF = SPEC_MODES["off"]
 
 c_int64_p = ctypes.POINTER(ctypes.c_int64)
 c_int32_p = ctypes.POINTER(ctypes.c_int32)
@@ -120,6 +122,16 @@ class KvState(ctypes.Structure):
     ]
 
 
+class SpecMetrics(ctypes.Structure):
+    _fields_ = [
+        ("spec_drafted", ctypes.c_int64),
+        ("spec_accepted", ctypes.c_int64),
+        ("spec_verify_steps", ctypes.c_int64),
+        ("prediction_accepted", ctypes.c_int64),
+        ("prediction_rejected", ctypes.c_int64),
+    ]
+
+
 # int callback(const char* piece, size_t len, void* user_data)
 TOKEN_CALLBACK = ctypes.CFUNCTYPE(ctypes.c_int, ctypes.POINTER(ctypes.c_char), ctypes.c_size_t, ctypes.c_void_p)
 
@@ -158,6 +170,10 @@ _PROTOTYPES = {
     "npullm_session_load": (_st, [_vp, ctypes.c_char_p]),
     "npullm_session_set_structured": (_st, [_vp, ctypes.c_int, ctypes.c_char_p, ctypes.c_char_p]),
     "npullm_structured_check": (_st, [ctypes.c_int, ctypes.c_char_p, ctypes.c_char_p]),
+    "npullm_model_open_speculative": (_st, [ctypes.c_char_p, ctypes.POINTER(ModelParams), ctypes.c_int64, ctypes.c_char_p, ctypes.POINTER(_vp)]),
+    "npullm_session_set_speculative": (_st, [_vp, ctypes.c_int, ctypes.c_int64, ctypes.c_int, ctypes.c_char_p]),
+    "npullm_speculative_check": (_st, [_vp, ctypes.c_int, ctypes.c_int64, ctypes.c_int, ctypes.c_char_p]),
+    "npullm_session_last_spec_metrics": (_st, [_vp, ctypes.POINTER(SpecMetrics)]),
 }
 
 

@@ -4,10 +4,12 @@
 #include <npullm/llm_pipeline.h>
 #include <npullm/npullm.h>
 
+#include <cstring>
 #include <memory>
 #include <mutex>
 #include <new>
 #include <string>
+#include <type_traits>
 #include <vector>
 
 #include "common/error.h"
@@ -15,7 +17,7 @@
 
 struct npullm_model {
   std::string path;
-  npullm::PipelineConfig cfg;
+  npullm::PipelineConfig cfg;  // with spec_max_k and draft_model: what the sessions are made with
   // The model's own pipeline serves tokenize, templates and info (sessions have their own, since
   // each owns a sequence's K/V rows). Its chat format is built lazily, so calls are serialised.
   std::unique_ptr<npullm::LLMPipeline> pipe;
@@ -31,7 +33,9 @@ struct npullm_session {
   npullm::PipelineConfig cfg;
   std::unique_ptr<npullm::LLMPipeline> pipe;
   npullm_metrics last{};
+  npullm_spec_metrics last_spec{};      // npullm_metrics' layout is fixed: the speculation counters apart
   npullm::StructuredOutput structured;  // npullm_session_set_structured: applies to every generation
+  npullm::Speculation speculative;      // npullm_session_set_speculative: likewise
 };
 
 namespace npullm::capi {
@@ -78,6 +82,19 @@ npullm_status guard(npullm_status npullm_error, F&& body) noexcept {
 char* copy_text(const std::string& s);
 int32_t* copy_ids(const std::vector<int32_t>& ids);
 
+// An enum argument or field as the integer a C caller stored: C lets any int through, and loading
+// an out-of-range value as the C++ enum type would be undefined before we could refuse it. Read it
+// before any typed load (a guard() lambda reads its captures by reference).
+template <typename E>
+int raw_enum(const E& e) {
+  std::underlying_type_t<E> v;
+  std::memcpy(&v, &e, sizeof v);
+  return static_cast<int>(v);
+}
+
 std::vector<ChatMessage> to_messages(const npullm_chat_message* messages, size_t n);
+
+// Whether a generation with this setting speculates (a prediction is used even with the mode off).
+inline bool speculates(const Speculation& s) { return s.mode != SpecMode::Off || !s.prediction.empty(); }
 
 }  // namespace npullm::capi

@@ -1,23 +1,15 @@
-// The C API's models: open with runtime options, info, tokenize / detokenize, chat templates.
-#include <cstring>
+// The C API's models: open with runtime options (and what speculative decoding needs: verify blobs,
+// a draft model), info, tokenize / detokenize, chat templates.
 #include <fstream>
-#include <type_traits>
 
 #include "capi/capi_internal.h"
+#include "genai/configs.h"
+#include "npuw/llm_runtime.h"
 
 using namespace npullm;
 using namespace npullm::capi;
 
 namespace {
-
-// An enum field as the integer a C caller stored: C lets any int through, and loading an
-// out-of-range value as the C++ enum type would be undefined before we could refuse it.
-template <typename E>
-int raw(const E& e) {
-  std::underlying_type_t<E> v;
-  std::memcpy(&v, &e, sizeof v);
-  return static_cast<int>(v);
-}
 
 PipelineConfig pipeline_config(const npullm_model_params& p) {
   PipelineConfig c;
@@ -25,7 +17,7 @@ PipelineConfig pipeline_config(const npullm_model_params& p) {
   require(p.max_prompt_len > 0 && p.min_response_len >= 0, "max_prompt_len must be positive and min_response_len not negative");
   require(p.threads >= 0, "threads must not be negative (0 = all hardware threads)");
   require(p.variants || p.n_variants == 0, "variants is NULL but n_variants is not 0");
-  const int kv = raw(p.kv_type), policy = raw(p.context_policy);
+  const int kv = raw_enum(p.kv_type), policy = raw_enum(p.context_policy);
   require(kv == NPULLM_KV_F16 || kv == NPULLM_KV_F32 || kv == NPULLM_KV_Q8_0, "kv_type is not an npullm_kv_type");
   require(policy == NPULLM_CONTEXT_SHIFT || policy == NPULLM_CONTEXT_TRUNCATE, "context_policy is not an npullm_context_policy");
   c.prefill_chunk = p.prefill_chunk;
@@ -45,6 +37,18 @@ PipelineConfig pipeline_config(const npullm_model_params& p) {
   if (p.chat_template) c.chat_template = p.chat_template;
   c.cut_long_prompts = p.cut_long_prompts != 0;
   return c;
+}
+
+// The draft model, opened once as the sessions' pipelines will open it (its own runtime, no
+// verify blobs), so that a file of another vocabulary fails the open rather than every
+// npullm_session_create, and its blobs are in the cache when the sessions load it.
+void check_draft(const PipelineConfig& cfg, int64_t n_vocab) {
+  PipelineConfig dc = cfg;
+  dc.spec_max_k = 0;
+  const npuw::LlmRuntime draft(cfg.draft_model, genai::runtime_config(dc));
+  if (draft.n_vocab() != n_vocab)
+    refuse(NPULLM_ERR_MODEL, "draft model " + cfg.draft_model + ": its vocabulary has " + std::to_string(draft.n_vocab()) +
+                                 " tokens but the model's has " + std::to_string(n_vocab) + "; a draft model must share the vocabulary");
 }
 
 }  // namespace
@@ -68,20 +72,38 @@ npullm_model_params npullm_model_default_params(void) {
 }
 
 npullm_status npullm_model_open(const char* path, const npullm_model_params* params, npullm_model** out_model) {
+  return npullm_model_open_speculative(path, params, 0, nullptr, out_model);
+}
+
+npullm_status npullm_model_open_speculative(const char* path, const npullm_model_params* params, int64_t spec_max_k,
+                                            const char* draft_model, npullm_model** out_model) {
   return guard(NPULLM_ERR_MODEL, [&] {
     require(path && out_model, "path and out_model must not be NULL");
     const npullm_model_params p = params ? *params : npullm_model_default_params();
     auto m = std::make_unique<npullm_model>();
     m->path = path;
     m->cfg = pipeline_config(p);
+    require(spec_max_k >= 0 && spec_max_k <= 63, "spec_max_k must be between 0 and 63 (0: no verify blobs)");
+    m->cfg.spec_max_k = spec_max_k;
+    if (draft_model && *draft_model) {
+      require(spec_max_k > 0, "a draft model needs verify blobs: spec_max_k must be at least 1");
+      m->cfg.draft_model = draft_model;
+    }
     // A missing or unreadable file is the caller's I/O problem, not the model's.
     if (!std::ifstream(path, std::ios::binary)) refuse(NPULLM_ERR_IO, std::string(path) + ": cannot open the model file");
-    m->pipe = std::make_unique<LLMPipeline>(m->path, m->cfg);
+    if (!m->cfg.draft_model.empty() && !std::ifstream(m->cfg.draft_model, std::ios::binary))
+      refuse(NPULLM_ERR_IO, m->cfg.draft_model + ": cannot open the draft model file");
+    // The model's own pipeline never generates, so it goes without the draft model; its verify
+    // blobs are compiled (or found in the cache) now, so the sessions' loads find them cached.
+    PipelineConfig own = m->cfg;
+    own.draft_model.clear();
+    m->pipe = std::make_unique<LLMPipeline>(m->path, own);
     m->variants = m->pipe->variants();
     m->description = m->pipe->description();
     m->bos = m->pipe->bos_id();
     m->eos = m->pipe->eos_id();
     m->n_vocab = m->pipe->n_vocab();
+    if (!m->cfg.draft_model.empty()) check_draft(m->cfg, m->n_vocab);
     *out_model = m.release();
   });
 }

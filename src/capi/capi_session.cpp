@@ -1,7 +1,6 @@
 // The C API's sessions: one LLMPipeline each (one sequence's K/V rows and conversation);
 // generation with a sampling config and a streaming callback that can cancel; the K/V state.
 #include <cstdlib>
-#include <cstring>
 #include <string>
 
 #include "capi/capi_internal.h"
@@ -44,12 +43,13 @@ GenerationConfig generation_config(const npullm_session& session, const npullm_s
   g.stop_token_ids.assign(p.stop_token_ids, p.stop_token_ids + p.n_stop_token_ids);
   g.ignore_eos = p.ignore_eos != 0;
   g.structured = session.structured;
+  g.speculative = session.speculative;
   return g;
 }
 
 // The C arguments -> a StructuredOutput, compiled (through the grammar cache, so the generation's
 // own compile is free): a refused source throws GrammarError, which guard() makes INVALID_ARGUMENT.
-// kind: the int a C caller passed (raw_kind), since C lets any int through and loading an
+// kind: the int a C caller passed (raw_enum), since C lets any int through and loading an
 // out-of-range value as the C++ enum type would be undefined before we could refuse it.
 StructuredOutput structured_of(int k, const char* source, const char* trigger) {
   StructuredOutput s;
@@ -74,13 +74,6 @@ StructuredOutput structured_of(int k, const char* source, const char* trigger) {
   if (has_trigger) s.trigger = trigger;
   genai::grammar::compile(s);
   return s;
-}
-
-int raw_kind(const npullm_structured_kind& kind) {
-  static_assert(sizeof(npullm_structured_kind) == sizeof(int));
-  int k;
-  std::memcpy(&k, &kind, sizeof k);
-  return k;
 }
 
 Streamer streamer_of(npullm_token_callback cb, void* user_data) {
@@ -123,6 +116,16 @@ npullm_metrics metrics_of(const GenerationMetrics& m, int64_t last_variant) {
   return o;
 }
 
+npullm_spec_metrics spec_metrics_of(const GenerationMetrics& m) {
+  npullm_spec_metrics o{};
+  o.spec_drafted = m.spec_drafted;
+  o.spec_accepted = m.spec_accepted;
+  o.spec_verify_steps = m.spec_verify_steps;
+  o.prediction_accepted = m.prediction_accepted;
+  o.prediction_rejected = m.prediction_rejected;
+  return o;
+}
+
 // Runs one generation and hands its result over: the metrics always, the text and ids when asked.
 template <typename Run>
 npullm_status generate_with(npullm_session* session, npullm_result* out, Run&& run) {
@@ -131,6 +134,7 @@ npullm_status generate_with(npullm_session* session, npullm_result* out, Run&& r
     require(session != nullptr, "session must not be NULL");
     const GenerationResult r = run(*session->pipe);
     session->last = metrics_of(r.metrics, session->pipe->last_variant());
+    session->last_spec = spec_metrics_of(r.metrics);
     if (!out) return;
     npullm_result res{};
     res.text = copy_text(r.text);
@@ -227,15 +231,21 @@ npullm_status npullm_generate_tokens(npullm_session* session, const int32_t* ids
 
 npullm_status npullm_session_set_structured(npullm_session* session, npullm_structured_kind kind, const char* source,
                                             const char* trigger) {
-  const int k = raw_kind(kind);  // before any typed load of it (the lambda reads captures by reference)
+  const int k = raw_enum(kind);  // before any typed load of it (the lambda reads captures by reference)
   return guard(NPULLM_ERR_INVALID_ARGUMENT, [&] {
     require(session != nullptr, "session must not be NULL");
-    session->structured = structured_of(k, source, trigger);
+    StructuredOutput so = structured_of(k, source, trigger);
+    // Refused here, not at the next generation (the pipeline refuses the pair too).
+    if (so.kind != StructuredOutput::Kind::None && speculates(session->speculative))
+      refuse(NPULLM_ERR_INVALID_ARGUMENT,
+             "structured output together with speculative decoding is not implemented (a grammar decodes token by token): "
+             "turn speculation off first (npullm_session_set_speculative with NPULLM_SPEC_OFF and no prediction)");
+    session->structured = std::move(so);
   });
 }
 
 npullm_status npullm_structured_check(npullm_structured_kind kind, const char* source, const char* trigger) {
-  const int k = raw_kind(kind);
+  const int k = raw_enum(kind);
   return guard(NPULLM_ERR_INVALID_ARGUMENT, [&] { structured_of(k, source, trigger); });
 }
 
