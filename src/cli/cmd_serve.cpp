@@ -38,7 +38,8 @@ struct ServeOptions {
   genai::SchedulerConfig sched;
   int drain_timeout_s = 30;
   bool print_memory = false;
-  std::string spec = "off";  // --spec lookup: speculative decoding for every request that allows it
+  std::string spec = "off";  // --spec lookup|draft: speculative decoding for every request that allows it
+  std::string draft_model;   // --draft-model FILE (for --spec draft)
   int64_t spec_k = 7;
   bool spec_k_given = false;  // --spec-k was on the command line
 };
@@ -100,9 +101,12 @@ int serve(const ServeOptions& o) {
     ::setrlimit(RLIMIT_NOFILE, &nofile);
   }
 
-  if (o.spec_k_given && o.spec != "lookup") fail("--spec-k needs --spec lookup (speculative decoding is off)");
+  if (o.spec_k_given && o.spec == "off") fail("--spec-k needs --spec lookup or draft (speculative decoding is off)");
+  if (o.spec == "draft" && o.draft_model.empty()) fail("--spec draft needs --draft-model FILE");
+  if (!o.draft_model.empty() && o.spec != "draft") fail("--draft-model needs --spec draft");
   PipelineConfig pc = o.go.pipeline_config();
-  if (o.spec == "lookup") pc.spec_max_k = o.spec_k;  // verify blobs of up to spec_k + 1 rows
+  if (o.spec != "off") pc.spec_max_k = o.spec_k;  // verify blobs of up to spec_k + 1 rows
+  pc.draft_model = o.draft_model;
   if (o.print_memory) {
     genai::Scheduler sched(o.model, pc, o.sched);
     return print_memory(o, sched);
@@ -110,7 +114,8 @@ int serve(const ServeOptions& o) {
 
   server::ServerOptions hopt = o.http;
   hopt.parallel = o.sched.parallel;
-  hopt.spec_k = o.spec == "lookup" ? o.spec_k : 0;
+  hopt.spec_k = o.spec != "off" ? o.spec_k : 0;
+  hopt.spec_mode = o.spec == "draft" ? SpecMode::Draft : SpecMode::Lookup;
   server::HttpServer http(hopt);
   http.bind();
   fmt::print(stderr, "npullm: listening on http://{}:{}; loading {} (GET /health answers 503 until it is ready)\n", o.http.host,
@@ -260,10 +265,13 @@ void add_serve(CLI::App& app, Actions& actions) {
   o->go.rt.add_to(cmd);
   cmd->add_option("--spec", o->spec,
                   "speculative decoding for requests without structured output: lookup (guesses from each request's own "
-                  "prompt and reply, checked in verify steps while at most 2 sequences decode; also honours a request's "
-                  "`prediction`) or off")
+                  "prompt and reply), draft (a draft model's, --draft-model; its own runtime with a slot per sequence "
+                  "slot), checked in verify steps while at most 2 sequences decode; either also honours a request's "
+                  "`prediction`; or off")
       ->capture_default_str()
-      ->check(CLI::IsMember({"off", "lookup"}));
+      ->check(CLI::IsMember({"off", "lookup", "draft"}));
+  cmd->add_option("--draft-model", o->draft_model, "--spec draft: a GGUF draft model sharing the model's vocabulary")
+      ->check(CLI::ExistingFile);
   cmd->add_option("--spec-k", o->spec_k, "speculative decoding: the most guesses one verify step checks (adaptive below it)")
       ->capture_default_str()
       ->check(CLI::Range(1, 63))

@@ -127,14 +127,14 @@ void HttpServer::Impl::generate(const httplib::Request& req, httplib::Response& 
   Speculation& sp = r.gen.speculative;
   if (!sp.prediction.empty()) {
     if (opt.spec_k <= 0)
-      return send_error(res, bad_request("'prediction' needs a server started with speculative decoding (npullm serve --spec lookup)",
+      return send_error(res, bad_request("'prediction' needs a server started with speculative decoding (npullm serve --spec lookup or draft)",
                                          "prediction"));
     if (r.gen.structured.kind != StructuredOutput::Kind::None)
       return send_error(res, bad_request("'prediction' cannot be combined with structured output (response_format, tools) yet",
                                          "prediction"));
   }
   if (opt.spec_k > 0 && r.gen.structured.kind == StructuredOutput::Kind::None) {
-    sp.mode = SpecMode::Lookup;
+    sp.mode = opt.spec_mode;
     sp.max_k = opt.spec_k;
   }
   if (!r.has_seed) r.gen.seed = fresh_seed();

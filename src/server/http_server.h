@@ -22,6 +22,8 @@
 #include <memory>
 #include <string>
 
+#include <npullm/llm_pipeline.h>
+
 namespace npullm::genai {
 class Scheduler;
 }
@@ -37,10 +39,11 @@ struct ServerOptions {
   size_t max_body_bytes = 4u << 20;  // larger bodies get 413
   int http_threads = 0;              // connections served at once; 0: enough for every slot and queued request
   int64_t max_tokens_limit = 1000000;  // a larger max_tokens is refused as absurd
-  // > 0 (serve --spec lookup): every request without structured output guesses up to spec_k tokens
+  // > 0 (serve --spec lookup|draft): every request without structured output guesses up to spec_k tokens
   // a step from its own text (prompt lookup), and a request's `prediction` is honoured; the
   // scheduler needs verify blobs for it (PipelineConfig::spec_max_k >= spec_k).
   int64_t spec_k = 0;
+  SpecMode spec_mode = SpecMode::Lookup;  // where those guesses come from (serve --spec lookup|draft)
   // A request's line, headers and body must all arrive within this many seconds of its first
   // byte being awaited (a client trickling them, or sending less body than it announced, is cut).
   int read_timeout_s = 10;

@@ -208,11 +208,15 @@ if [[ " ${SCRIPTS[*]} " == *" trace "* ]]; then
   stop_server || FAILED+=("clean shutdown (trace server)")
 fi
 
-# Speculative decoding: a server with --spec lookup (verify blobs), 4 slots.
+# Speculative decoding: a server with --spec lookup (verify blobs), 4 slots; then one with a draft
+# model (the model as its own: its draft runtime's slot per sequence slot), the same checks.
 if [[ " ${SCRIPTS[*]} " == *" spec "* ]]; then
   PARALLEL=4 start_server spec --spec lookup --spec-k 7
   run_script spec
   stop_server || FAILED+=("clean shutdown (spec server)")
+  PARALLEL=4 start_server spec-draft --spec draft --draft-model "$MODEL" --spec-k 7
+  run_script spec
+  stop_server || FAILED+=("clean shutdown (spec server with a draft model)")
 fi
 
 # Readiness and drain: drain.mjs starts its own servers (a fresh cache, so /health is seen saying

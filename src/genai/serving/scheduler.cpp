@@ -62,6 +62,7 @@ struct Scheduler::Active {
   int32_t next = -1;                 // sampled, to be run by the next decode step
   std::vector<int32_t> jump;         // jump-forward: a sampled token and the tokens the grammar forces after it, for one prefill run
   std::vector<int32_t> queued;       // the same forced tokens (taken already) for the decode steps to run, one a step, beside other requests
+  std::unique_ptr<DraftModel> draft;  // SpecMode::Draft: the draft runtime's slot of this request's slot
   std::unique_ptr<Speculator> spec;  // speculative decoding: where this request's guesses come from (null: none)
   int64_t step_drafted = 0, step_taken = 0;  // the verify step being taken in (recorded at its end or the request's)
   bool decoding = false;             // the prompt is in; decode steps run it
@@ -112,6 +113,15 @@ Scheduler::Scheduler(const std::string& model_path, const PipelineConfig& cfg, c
   OpenedModel m = open_model(model_path, runtime_config(cfg, sc.parallel));
   tok_ = std::move(m.tok);
   rt_ = std::move(m.rt);
+  if (!cfg.draft_model.empty()) {
+    // The draft model: its own runtime with a slot per sequence slot, no verify blobs (it only guesses).
+    PipelineConfig dc = cfg;
+    dc.spec_max_k = 0;
+    draft_rt_ = std::make_shared<npuw::LlmRuntime>(cfg.draft_model, runtime_config(dc, sc.parallel));
+    if (draft_rt_->n_vocab() != rt_->n_vocab())
+      fail("draft model {}: its vocabulary has {} tokens but the model's has {}; a draft model must share the vocabulary",
+           cfg.draft_model, draft_rt_->n_vocab(), rt_->n_vocab());
+  }
   try {
     format_ = std::make_unique<ChatFormat>(cfg.chat_template, *tok_);
   } catch (const Error& e) {
@@ -164,7 +174,7 @@ uint64_t Scheduler::submit(ServeRequest r) {
   if (r.gen.max_new_tokens < 1) fail("max_tokens must be at least 1");
   Sampler check(sampler_config(r.gen));  // throws on settings out of range, before queueing
   const Speculation& sp = r.gen.speculative;
-  if (sp.mode == SpecMode::Draft) fail("speculative decoding with a draft model is not available when serving (use lookup)");
+  if (sp.mode == SpecMode::Draft && !draft_rt_) fail("speculative decoding with a draft model needs a draft model (serve --draft-model)");
   if (sp.max_k < 1) fail("speculative decoding: max_k must be at least 1 (got {})", sp.max_k);
   if (sp.ngram_min < 1 || sp.ngram_max < sp.ngram_min)
     fail("speculative decoding: n-gram lengths must satisfy 1 <= ngram_min <= ngram_max (got {} and {})", sp.ngram_min, sp.ngram_max);
@@ -266,8 +276,9 @@ bool Scheduler::admit() {
       std::vector<int32_t> pred;
       if (!sp.prediction_ids.empty()) pred = sp.prediction_ids;
       else if (!sp.prediction.empty()) pred = tok_->encode(sp.prediction, /*add_bos=*/false);
+      if (sp.mode == SpecMode::Draft) a->draft = std::make_unique<DraftModel>(draft_rt_, best->id);
       a->spec = std::make_unique<Speculator>(sp, std::min(sp.max_k, rt_->max_verify_rows(best->id) - 1),
-                                             static_cast<int64_t>(prompt.size()), std::move(pred), nullptr);
+                                             static_cast<int64_t>(prompt.size()), std::move(pred), a->draft.get());
     }
     // After BOS alone, SPM's dummy-prefix space of the first piece is not text.
     a->decoder = std::make_unique<StreamDecoder>(*tok_, prompt.size() == 1 && prompt[0] == tok_->bos());

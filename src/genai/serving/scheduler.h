@@ -217,6 +217,8 @@ class Scheduler {
   PipelineConfig cfg_;
   SchedulerConfig sc_;
   std::unique_ptr<npuw::LlmRuntime> rt_;
+  // PipelineConfig::draft_model: the draft model's runtime, a slot per sequence slot (null: none).
+  std::shared_ptr<npuw::LlmRuntime> draft_rt_;
   std::unique_ptr<Tokenizer> tok_;
   std::unique_ptr<ChatFormat> format_;  // null when no template is available
   std::string format_error_;            // why there is none

@@ -70,8 +70,15 @@ std::vector<int32_t> PredictionDraft::propose(std::span<const int32_t> seq, int6
 // ---------------------------------------------------------------------------------------------
 // draft model
 
-DraftModel::DraftModel(std::unique_ptr<npuw::LlmRuntime> rt) : rt_(std::move(rt)) {}
+DraftModel::DraftModel(std::shared_ptr<npuw::LlmRuntime> rt, int64_t slot) : rt_(std::move(rt)), slot_(slot) {
+  rt_->reset(slot_);  // whatever an earlier request left in the slot is not this sequence's
+}
 DraftModel::~DraftModel() = default;
+
+std::span<const float> DraftModel::step(int32_t id) {
+  const npuw::SlotToken t{slot_, id};
+  return rt_->decode_batch({&t, 1});
+}
 
 std::vector<int32_t> DraftModel::propose(std::span<const int32_t> seq, int64_t k) {
   if (k <= 0 || seq.empty() || static_cast<int64_t>(seq.size()) + k > rt_->capacity()) return {};
@@ -80,8 +87,8 @@ std::vector<int32_t> DraftModel::propose(std::span<const int32_t> seq, int64_t k
   size_t common = 0;
   while (common < ids_.size() && common < seq.size() && ids_[common] == seq[common]) ++common;
   if (common == seq.size()) --common;
-  if (!rt_->can_truncate(0, static_cast<int64_t>(common))) common = 0;
-  rt_->rollback(0, static_cast<int64_t>(common));
+  if (!rt_->can_truncate(slot_, static_cast<int64_t>(common))) common = 0;
+  rt_->rollback(slot_, static_cast<int64_t>(common));
   ids_.resize(common);
   // After a verify step the draft lacks 1 or 2 tokens (its last guess, the model's own token): a
   // few tokens run as decode steps, since the smallest prefill blob (16 rows or more) costs
@@ -89,10 +96,10 @@ std::vector<int32_t> DraftModel::propose(std::span<const int32_t> seq, int64_t k
   const std::span<const int32_t> missing = seq.subspan(common);
   std::span<const float> logits;
   if (missing.size() <= kDecodeCatchUp) {
-    for (int32_t id : missing) logits = rt_->decode(id);
+    for (int32_t id : missing) logits = step(id);
     decode_steps_ += static_cast<int64_t>(missing.size());
   } else {
-    logits = rt_->prefill(missing);
+    logits = rt_->prefill_slot(slot_, missing);
   }
   ids_.insert(ids_.end(), missing.begin(), missing.end());
   tokens_run_ += static_cast<int64_t>(missing.size());
@@ -101,7 +108,7 @@ std::vector<int32_t> DraftModel::propose(std::span<const int32_t> seq, int64_t k
     const int32_t d = argmax(logits);
     out.push_back(d);
     if (j + 1 == k) break;
-    logits = rt_->decode(d);
+    logits = step(d);
     ids_.push_back(d);
     ++tokens_run_;
     ++decode_steps_;

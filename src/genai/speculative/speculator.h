@@ -61,10 +61,11 @@ class PredictionDraft {
   int64_t reply_len_ = 0;  // reply length at the last propose()
 };
 
-// A draft model: its own runtime (one slot) and the tokens whose K/V rows it holds.
+// A draft model: one slot of its own runtime and the tokens whose K/V rows that slot holds. A
+// server's draft runtime has a slot per sequence slot, shared by the DraftModels of its requests.
 class DraftModel {
  public:
-  explicit DraftModel(std::unique_ptr<npuw::LlmRuntime> rt);
+  explicit DraftModel(std::shared_ptr<npuw::LlmRuntime> rt, int64_t slot = 0);
   ~DraftModel();
   std::vector<int32_t> propose(std::span<const int32_t> seq, int64_t k);
   npuw::LlmRuntime& runtime() { return *rt_; }
@@ -74,8 +75,11 @@ class DraftModel {
   static constexpr size_t kDecodeCatchUp = 4;  // missing tokens run as decode steps, not a prefill
 
  private:
-  std::unique_ptr<npuw::LlmRuntime> rt_;
-  std::vector<int32_t> ids_;  // the rows in rt_'s state
+  std::span<const float> step(int32_t id);  // one decode step of the slot
+
+  std::shared_ptr<npuw::LlmRuntime> rt_;
+  int64_t slot_;
+  std::vector<int32_t> ids_;  // the rows in the slot's state
   int64_t tokens_run_ = 0, decode_steps_ = 0;
 };
 

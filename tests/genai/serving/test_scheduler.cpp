@@ -159,6 +159,43 @@ TEST(Scheduler, SpeculationGivesThePlainTextAndCountsItsGuesses) {
   EXPECT_GT(sched.runtime().stats().rolled_back_rows, 0);
 }
 
+// A draft model when serving: the draft runtime has a slot per sequence slot, each request's draft
+// brought to its own sequence there. The model as its own draft guesses every token right, so
+// replies are the plain pipeline's and every guess is accepted, for two requests at once and for
+// a later one in a slot whose draft rows belong to an earlier request.
+TEST(Scheduler, ADraftModelGuessesForEachSlotFromItsOwnRows) {
+  NPULLM_REQUIRE_SHARED(kModel);
+  const std::string path = test::shared_path(kModel);
+  LLMPipeline pipe(path, pipeline_config());
+  const std::vector<std::string> prompts = {"Once upon a time", "The little dog", "One day, a girl"};
+  std::vector<GenerationResult> want;
+  for (const std::string& p : prompts) want.push_back(pipe.generate(p, greedy(100)));
+
+  PipelineConfig pc = pipeline_config();
+  pc.spec_max_k = 7;
+  pc.draft_model = path;
+  genai::SchedulerConfig sc;
+  sc.parallel = 2;
+  genai::Scheduler sched(path, pc, sc);
+  GenerationConfig g = greedy(100);
+  g.speculative.mode = SpecMode::Draft;
+  std::vector<std::future<Outcome>> got;
+  for (size_t i = 0; i < 2; ++i) got.push_back(start(sched, sched.encode_prompt(prompts[i]), g));
+  std::vector<Outcome> outs;
+  for (auto& f : got) outs.push_back(f.get());
+  outs.push_back(start(sched, sched.encode_prompt(prompts[2]), g).get());
+  for (size_t i = 0; i < prompts.size(); ++i) {
+    SCOPED_TRACE(prompts[i]);
+    EXPECT_EQ(outs[i].result.error, "");
+    EXPECT_EQ(outs[i].result.ids, want[i].ids);
+    EXPECT_GT(outs[i].result.spec_drafted, 0);
+    EXPECT_EQ(outs[i].result.spec_accepted, outs[i].result.spec_drafted) << "the model as its own draft is always right";
+  }
+  // Without a draft model the mode is refused at submission, by name.
+  genai::Scheduler plain(path, pipeline_config(), sc);
+  EXPECT_NE(test::error_of([&] { start(plain, plain.encode_prompt("Once"), g).get(); }).find("--draft-model"), std::string::npos);
+}
+
 TEST(Scheduler, APromptSharingAPrefixWithAFreeSlotPrefillsOnlyTheRest) {
   NPULLM_REQUIRE_SHARED(kModel);
   const std::string path = test::shared_path(kModel);
