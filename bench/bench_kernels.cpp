@@ -13,8 +13,9 @@
 //                             memory, not from cache, as in a real model.
 // Prefill/<type>/M/K/N/<threads>  M tokens at once; FLOP/s = 2 M N K / time.
 // Verify/<type>/M/K/N/<threads>  M tokens (a speculative verify step: M - 1 guesses) through a
-//                             Panels16 matrix from memory, as Decode: its time over DecodePanels'
-//                             is the matmuls' part of the verify cost r(M - 1) (issue 47).
+//                             Panels16 matrix from memory, as Decode, x quantised once up front as
+//                             the CPU device does: its time over M = 1's is the matmuls' part of
+//                             the verify cost r(M - 1) (issue 47).
 // AttentionDecode/F16/C       one token's attention over C keys (TinyLlama's heads), one thread.
 // AttentionDecodeCold/F16/C   the same with K/V from memory (another copy each time, as in decode).
 // AttentionDecode[Cold]/Q8_0/1024  the same with a Q8_0 K/V cache (--kv-type q8_0).
@@ -201,7 +202,7 @@ std::unique_ptr<Problem> make_problem(GgmlType t, int64_t M, int64_t K, int64_t 
 
 // One matmul split as the CPU device splits it: threads * 4 chunks of N, multiples of 16 rows,
 // item k running chunk WorkerPool::in_step_range(k, chunks).
-void run_matmul(cpu::WorkerPool& pool, Problem& p, const uint8_t* W) {
+void run_matmul(cpu::WorkerPool& pool, Problem& p, const uint8_t* W, const void* xq = nullptr) {
   const int64_t grain = 16;
   const int64_t chunks = std::min<int64_t>((p.N + grain - 1) / grain, pool.threads() * 4);
   const int64_t per = (p.N + chunks - 1) / chunks;
@@ -211,17 +212,22 @@ void run_matmul(cpu::WorkerPool& pool, Problem& p, const uint8_t* W) {
     const int64_t b = std::min(p.N, c * step), e = std::min(p.N, b + step);
     if (b < e)
       cpu::matmul(p.x.data(), p.M, p.K, W, p.type, nullptr, nullptr, p.out.data(), p.N, b, e,
-                  p.work[static_cast<size_t>(worker)].data(), nullptr, p.layout);
+                  p.work[static_cast<size_t>(worker)].data(), xq, p.layout);
   });
 }
 
+// prequantize: x quantised once up front (outside the timed loop), as the CPU device does for a
+// stage, instead of by each chunk's call (Verify/: at M = 8 that is 8 rows again per chunk).
 void BM_Decode(benchmark::State& st, GgmlType t, int64_t K, int64_t N, int threads, npullm::WeightLayout layout,
-               int64_t M) {
+               int64_t M, bool prequantize) {
   auto p = make_problem(t, M, K, N, threads, /*use_arena=*/true, layout);
+  const int64_t xq_bytes = prequantize ? cpu::prequantized_x_bytes(t, M, K) : 0;
+  Buffer xq = alloc(static_cast<size_t>(std::max<int64_t>(xq_bytes, 64)));
+  if (xq_bytes > 0) cpu::prequantize_x(t, p->x.data(), M, K, xq.data(), 0, M);
   cpu::WorkerPool pool(threads);
   size_t next = 0;
   for (auto _ : st) {
-    run_matmul(pool, *p, p->copy(next));
+    run_matmul(pool, *p, p->copy(next), xq_bytes > 0 ? xq.data() : nullptr);
     next = (next + 1) % p->n_copies;
   }
   benchmark::DoNotOptimize(p->out.data());
@@ -364,28 +370,29 @@ int main(int argc, char** argv) {
       for (auto [K, N] : decode_shapes) {
         const std::string name = "Decode/" + std::string(npullm::ggml_type_name(t)) + "/" + std::to_string(K) + "/" +
                                  std::to_string(N) + "/" + std::to_string(threads);
-        benchmark::RegisterBenchmark(name.c_str(), BM_Decode, t, K, N, threads, npullm::WeightLayout::Rows, int64_t{1})->UseRealTime();
+        benchmark::RegisterBenchmark(name.c_str(), BM_Decode, t, K, N, threads, npullm::WeightLayout::Rows, int64_t{1}, false)->UseRealTime();
         if (cpu::matmul_reads_panels16(t, K))
           benchmark::RegisterBenchmark(("DecodePanels" + name.substr(6)).c_str(), BM_Decode, t, K, N, threads,
-                                       npullm::WeightLayout::Panels16, int64_t{1})
+                                       npullm::WeightLayout::Panels16, int64_t{1}, false)
               ->UseRealTime();
       }
-    for (GgmlType t : {GgmlType::Q4_0, GgmlType::Q8_0})
-      for (int64_t M : {2, 4, 8, 16}) {
+    // (Q6_K: the output matrix of the Q4_0 files, a verify step's logits of every row.)
+    for (GgmlType t : {GgmlType::Q4_0, GgmlType::Q8_0, GgmlType::Q6_K})
+      for (int64_t M : {1, 2, 4, 8, 16}) {
         const std::string name = "Verify/" + std::string(npullm::ggml_type_name(t)) + "/" + std::to_string(M) + "/2048/5632/" +
                                  std::to_string(threads);
         benchmark::RegisterBenchmark(name.c_str(), BM_Decode, t, int64_t{2048}, int64_t{5632}, threads, npullm::WeightLayout::Panels16,
-                                     M)
+                                     M, true)
             ->UseRealTime();
       }
     for (GgmlType t : expert_types) {
       const std::string name = "Decode/" + std::string(npullm::ggml_type_name(t)) + "/2880/2880/" + std::to_string(threads);
       benchmark::RegisterBenchmark(name.c_str(), BM_Decode, t, int64_t{2880}, int64_t{2880}, threads, npullm::WeightLayout::Rows,
-                                   int64_t{1})
+                                   int64_t{1}, false)
           ->UseRealTime();
       if (cpu::matmul_reads_panels16(t, 2880))
         benchmark::RegisterBenchmark(("DecodePanels" + name.substr(6)).c_str(), BM_Decode, t, int64_t{2880}, int64_t{2880},
-                                     threads, npullm::WeightLayout::Panels16, int64_t{1})
+                                     threads, npullm::WeightLayout::Panels16, int64_t{1}, false)
             ->UseRealTime();
       for (int64_t M : {64, 512}) {
         const std::string pname = "Prefill/" + std::string(npullm::ggml_type_name(t)) + "/" + std::to_string(M) +

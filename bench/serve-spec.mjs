@@ -3,6 +3,8 @@
 // on loopback; and whether every stream's text is the same both ways.
 //
 //   node bench/serve-spec.mjs NPULLM_BIN MODEL.gguf [N_GEN] [THREADS]
+//   SPEC_FLAGS='--spec draft --draft-model DRAFT.gguf --spec-k 7' node bench/serve-spec.mjs ...
+//                  (the speculating server's flags; default '--spec lookup --spec-k 7')
 //
 // The prompts quote a passage the model is asked to go on from (the model's own greedy output for a
 // seed sentence, made first with speculation off), the kind of input-grounded text prompt lookup is
@@ -71,13 +73,14 @@ const results = { off: {}, on: {} };
 for (const k of [1, 4, 8]) results.off[k] = await level(off.url, prompts.slice(0, k), n);
 off.kill('SIGTERM');
 await new Promise((z) => off.on('exit', z));
-const on = await start(['--spec', 'lookup', '--spec-k', '7']);
+const SPEC = (process.env.SPEC_FLAGS || '--spec lookup --spec-k 7').split(/\s+/).filter(Boolean);
+const on = await start(SPEC);
 for (const k of [1, 4, 8]) results.on[k] = await level(on.url, prompts.slice(0, k), n);
 const metrics = await (await fetch(`${on.url}/metrics`)).text();
 on.kill('SIGTERM');
 await new Promise((z) => on.on('exit', z));
 const value = (name) => Number((metrics.match(new RegExp(`^${name} (\\S+)$`, 'm')) || [])[1] ?? NaN);
-console.log(`| streams | tokens/s without --spec | with --spec lookup | ratio | same text |`);
+console.log(`| streams | tokens/s without --spec | with ${SPEC.join(' ')} | ratio | same text |`);
 console.log(`|---|---|---|---|---|`);
 for (const k of [1, 4, 8]) {
   const a = results.off[k], b = results.on[k];
