@@ -5,6 +5,9 @@
 //   node bench/serve-spec.mjs NPULLM_BIN MODEL.gguf [N_GEN] [THREADS]
 //   SPEC_FLAGS='--spec draft --draft-model DRAFT.gguf --spec-k 7' node bench/serve-spec.mjs ...
 //                  (the speculating server's flags; default '--spec lookup --spec-k 7')
+//   PREDICT=0.1 node bench/serve-spec.mjs ...
+//                  each request of the speculating run also sends a `prediction`: its reply without
+//                  speculation with that fraction of its words changed (an edit, Predicted Outputs)
 //
 // The prompts quote a passage the model is asked to go on from (the model's own greedy output for a
 // seed sentence, made first with speculation off), the kind of input-grounded text prompt lookup is
@@ -47,17 +50,19 @@ function start(extra) {
   });
 }
 
-async function complete(url, prompt, n) {
+async function complete(url, prompt, n, prediction) {
+  const body = { prompt, max_tokens: n, temperature: 0 };
+  if (prediction !== undefined) body.prediction = { type: 'content', content: prediction };
   const r = await fetch(`${url}/v1/completions`, { method: 'POST', headers: { 'Content-Type': 'application/json' },
-    body: JSON.stringify({ prompt, max_tokens: n, temperature: 0 }) });
+    body: JSON.stringify(body) });
   const j = await r.json();
   if (r.status !== 200) throw new Error(JSON.stringify(j));
   return { text: j.choices[0].text, tokens: j.usage.completion_tokens };
 }
 
-async function level(url, prompts, n) {
+async function level(url, prompts, n, predictions = []) {
   const t0 = performance.now();
-  const out = await Promise.all(prompts.map((p) => complete(url, p, n)));
+  const out = await Promise.all(prompts.map((p, i) => complete(url, p, n, predictions[i])));
   const s = (performance.now() - t0) / 1000;
   return { tps: out.reduce((a, o) => a + o.tokens, 0) / s, texts: out.map((o) => o.text) };
 }
@@ -75,7 +80,13 @@ off.kill('SIGTERM');
 await new Promise((z) => off.on('exit', z));
 const SPEC = (process.env.SPEC_FLAGS || '--spec lookup --spec-k 7').split(/\s+/).filter(Boolean);
 const on = await start(SPEC);
-for (const k of [1, 4, 8]) results.on[k] = await level(on.url, prompts.slice(0, k), n);
+// An edit of each reply: words changed (reversed) at a seeded rate, the rest as written.
+const PREDICT = process.env.PREDICT === undefined ? null : Number(process.env.PREDICT);
+let seed = 12345;
+const rand = () => ((seed = (seed * 1103515245 + 12345) % 2147483648) / 2147483648);
+const edit = (t) => t.split(' ').map((w) => (w.length > 1 && rand() < PREDICT ? [...w].reverse().join('') : w)).join(' ');
+for (const k of [1, 4, 8])
+  results.on[k] = await level(on.url, prompts.slice(0, k), n, PREDICT === null ? [] : results.off[k].texts.map(edit));
 const metrics = await (await fetch(`${on.url}/metrics`)).text();
 on.kill('SIGTERM');
 await new Promise((z) => on.on('exit', z));
@@ -88,6 +99,7 @@ for (const k of [1, 4, 8]) {
   console.log(`| ${k} | ${a.tps.toFixed(1)} | ${b.tps.toFixed(1)} | ${(b.tps / a.tps).toFixed(2)}x | ${same ? 'yes' : 'NO'} |`);
   rows.push(same);
 }
+if (PREDICT !== null) console.log(`each request's prediction: its reply without speculation, ${PREDICT * 100} % of its words reversed`);
 console.log(`guesses ${value('npullm_spec_draft_tokens_total')}, accepted ${value('npullm_spec_accepted_tokens_total')}, ` +
   `verify steps ${value('npullm_spec_verify_steps_total')}`);
 fs.rmSync(tmp, { recursive: true, force: true });

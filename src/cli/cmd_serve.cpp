@@ -272,6 +272,11 @@ void add_serve(CLI::App& app, Actions& actions) {
       ->check(CLI::IsMember({"off", "lookup", "draft"}));
   cmd->add_option("--draft-model", o->draft_model, "--spec draft: a GGUF draft model sharing the model's vocabulary")
       ->check(CLI::ExistingFile);
+  cmd->add_option("--spec-max-sequences", o->sched.spec_max_sequences,
+                  "speculative decoding runs while at most this many sequences decode (a fuller batch already reads each "
+                  "weight once for several tokens)")
+      ->capture_default_str()
+      ->check(CLI::Range(int64_t{1}, int64_t{1024}));
   cmd->add_option("--spec-k", o->spec_k, "speculative decoding: the most guesses one verify step checks (adaptive below it)")
       ->capture_default_str()
       ->check(CLI::Range(1, 63))

@@ -62,7 +62,6 @@ struct Scheduler::Active {
   int32_t next = -1;                 // sampled, to be run by the next decode step
   std::vector<int32_t> jump;         // jump-forward: a sampled token and the tokens the grammar forces after it, for one prefill run
   std::vector<int32_t> queued;       // the same forced tokens (taken already) for the decode steps to run, one a step, beside other requests
-  std::unique_ptr<DraftModel> draft;  // SpecMode::Draft: the draft runtime's slot of this request's slot
   std::unique_ptr<Speculator> spec;  // speculative decoding: where this request's guesses come from (null: none)
   int64_t step_drafted = 0, step_taken = 0;  // the verify step being taken in (recorded at its end or the request's)
   bool decoding = false;             // the prompt is in; decode steps run it
@@ -101,6 +100,9 @@ struct Scheduler::Active {
 struct Scheduler::Slot {
   int64_t id = 0;
   std::vector<int32_t> tokens;       // the ids whose K/V rows the slot holds, in order
+  // SpecMode::Draft: the draft runtime's slot of the same index, made by the first request that
+  // wants it and kept, so that a later request sharing a prefix with the rows it holds reuses them.
+  std::unique_ptr<DraftModel> draft;
   std::unique_ptr<Active> req;       // null: free (tokens kept for prefix reuse)
   Clock::time_point last_used{};
   int64_t cached = 0, prompt = 0, generated = 0;  // of the current / last request
@@ -276,9 +278,10 @@ bool Scheduler::admit() {
       std::vector<int32_t> pred;
       if (!sp.prediction_ids.empty()) pred = sp.prediction_ids;
       else if (!sp.prediction.empty()) pred = tok_->encode(sp.prediction, /*add_bos=*/false);
-      if (sp.mode == SpecMode::Draft) a->draft = std::make_unique<DraftModel>(draft_rt_, best->id);
+      if (sp.mode == SpecMode::Draft && !best->draft) best->draft = std::make_unique<DraftModel>(draft_rt_, best->id);
       a->spec = std::make_unique<Speculator>(sp, std::min(sp.max_k, rt_->max_verify_rows(best->id) - 1),
-                                             static_cast<int64_t>(prompt.size()), std::move(pred), a->draft.get());
+                                             static_cast<int64_t>(prompt.size()), std::move(pred),
+                                             sp.mode == SpecMode::Draft ? best->draft.get() : nullptr);
     }
     // After BOS alone, SPM's dummy-prefix space of the first piece is not text.
     a->decoder = std::make_unique<StreamDecoder>(*tok_, prompt.size() == 1 && prompt[0] == tok_->bos());
