@@ -168,6 +168,7 @@ struct GenerationMetrics {
   int64_t spec_drafted = 0, spec_accepted = 0, spec_verify_steps = 0;
   int64_t prediction_accepted = 0, prediction_rejected = 0;
   int64_t spec_draft_steps = 0;             // decode steps of the draft model (SpecMode::Draft)
+  std::vector<int64_t> spec_steps_by_guesses;  // [k]: verify steps that checked k guesses
 };
 
 struct GenerationResult {

@@ -11,7 +11,7 @@
 //                      time: verify steps, guessing and decode steps, not the prompt's prefill)
 //   acceptance         accepted guesses / guesses; accepted_per_verify: accepted / verify steps
 //   predicted_speedup  what the run's own steps cost by r and c, in decode steps: each verify
-//                      step r of the blob that holds its mean K + 1 rows, each of the draft
+//                      step of k guesses r of the blob that holds k + 1 rows, each of the draft
 //                      model's decode steps c, each other step 1, against one step a token
 //   prediction         --prediction FILE, or --spec-edit F: the model's own greedy reply with a
 //                      fraction F of its tokens replaced by random others (as token ids), as a
@@ -95,6 +95,7 @@ struct GenFigures {
   double acceptance = 0, accepted_per_verify = 0, mean_k = 0;
   int64_t drafted = 0, accepted = 0, verify_steps = 0, generated = 0;
   int64_t prediction_accepted = 0, prediction_rejected = 0, draft_steps = 0;
+  std::vector<int64_t> steps_by_guesses;  // [k]: verify steps of k guesses, all runs
   bool same_ids = true;  // every run's ids equal to `expect` (when given)
 };
 
@@ -108,6 +109,9 @@ GenFigures run_gen(LLMPipeline& pipe, const std::string& prompt, const Generatio
     f.prediction_accepted += res.metrics.prediction_accepted;
     f.prediction_rejected += res.metrics.prediction_rejected;
     f.draft_steps += res.metrics.spec_draft_steps;
+    const auto& by = res.metrics.spec_steps_by_guesses;
+    if (f.steps_by_guesses.size() < by.size()) f.steps_by_guesses.resize(by.size(), 0);
+    for (size_t k = 0; k < by.size(); ++k) f.steps_by_guesses[k] += by[k];
     tps.push_back(res.metrics.decode_tps);
     f.drafted += res.metrics.spec_drafted;
     f.accepted += res.metrics.spec_accepted;
@@ -233,16 +237,18 @@ int bench_spec(const std::string& model, const SpecBenchOptions& so, const npuw:
     on.speculative.mode = so.mode == "draft" ? SpecMode::Draft : SpecMode::Lookup;
     f_on = run_gen(pipe, prompt, on, so.repetitions, &reference.ids);
   }
-  // What the steps the run took cost by r and c: each verify step of mean K guesses costs r of the
-  // blob that holds K + 1 rows plus c K for the draft, each other step one decode step.
+  // What the steps the run took cost by r and c: each verify step of k guesses costs r of the blob
+  // that holds k + 1 rows, each draft decode step c, each other step one decode step.
   double predicted = 1.0;
   if (f_on.verify_steps > 0) {
-    const auto blob = std::find_if(sizes.begin(), sizes.end(), [&](int64_t s) { return static_cast<double>(s) >= f_on.mean_k + 1.0; });
-    const double r_mean = blob == sizes.end() ? r_k : r_by_size[static_cast<size_t>(blob - sizes.begin())];
-    const double v = static_cast<double>(f_on.verify_steps);
+    double verify = 0;
+    for (size_t k = 1; k < f_on.steps_by_guesses.size(); ++k) {
+      const auto blob = std::find_if(sizes.begin(), sizes.end(), [&](int64_t s) { return s >= static_cast<int64_t>(k) + 1; });
+      verify += static_cast<double>(f_on.steps_by_guesses[k]) * (blob == sizes.end() ? r_k : r_by_size[static_cast<size_t>(blob - sizes.begin())]);
+    }
     const double decodes = std::max(0.0, static_cast<double>(f_on.generated - f_on.verify_steps - f_on.accepted));
     const double draft = so.mode == "draft" ? draft_cost * static_cast<double>(f_on.draft_steps) : 0.0;
-    predicted = static_cast<double>(f_on.generated) / (v * r_mean + draft + decodes);
+    predicted = static_cast<double>(f_on.generated) / (verify + draft + decodes);
   }
 
   nlohmann::json spec = {{"mode", so.mode},
@@ -263,6 +269,7 @@ int bench_spec(const std::string& model, const SpecBenchOptions& so, const npuw:
                          {"predicted_speedup", predicted},
                          {"prediction_accepted", f_on.prediction_accepted},
                          {"draft_steps", f_on.draft_steps},
+                         {"steps_by_guesses", f_on.steps_by_guesses},
                          {"prediction_rejected", f_on.prediction_rejected},
                          {"same_ids", f_on.same_ids},
                          {"n_gen", so.n_gen},

@@ -84,7 +84,7 @@ nlohmann::json metrics_json(const GenerationMetrics& m) {
           {"kv_bytes_per_position", m.kv_bytes_per_position}, {"kv_ring_bytes", m.kv_ring_bytes}, {"kv_bytes", m.kv_bytes},
           {"spec_drafted", m.spec_drafted}, {"spec_accepted", m.spec_accepted}, {"spec_verify_steps", m.spec_verify_steps},
           {"prediction_accepted", m.prediction_accepted}, {"prediction_rejected", m.prediction_rejected},
-          {"spec_draft_steps", m.spec_draft_steps}};
+          {"spec_draft_steps", m.spec_draft_steps}, {"spec_steps_by_guesses", m.spec_steps_by_guesses}};
 }
 
 }  // namespace npullm::cli

@@ -56,6 +56,7 @@ struct LLMPipeline::Impl {
   std::unique_ptr<genai::Tokenizer> tok;
   std::unique_ptr<genai::ChatFormat> format;  // created on start_chat
   std::unique_ptr<genai::DraftModel> draft;   // PipelineConfig::draft_model: guesses for SpecMode::Draft
+  std::unique_ptr<genai::StepCosts> step_costs;  // with verify blobs: what decode and verify steps cost here
 
   std::vector<int32_t> kv_ids, pending;
   std::shared_ptr<const genai::grammar::TokenTrie> token_trie;  // built on the first structured request
@@ -265,7 +266,9 @@ struct LLMPipeline::Impl {
     std::vector<int32_t> pred;
     if (!sp.prediction_ids.empty()) pred = sp.prediction_ids;
     else if (!sp.prediction.empty()) pred = tok->encode(sp.prediction, /*add_bos=*/false);
-    return std::make_unique<genai::Speculator>(sp, std::min(sp.max_k, cfg.spec_max_k), prompt_len, std::move(pred), draft.get());
+    if (!step_costs) step_costs = std::make_unique<genai::StepCosts>(rt->config().verify_sizes);
+    return std::make_unique<genai::Speculator>(sp, std::min(sp.max_k, cfg.spec_max_k), prompt_len, std::move(pred), draft.get(),
+                                               step_costs.get());
   }
 
   GenerationResult run(std::vector<int32_t> incoming, const GenerationConfig& g, const Streamer& streamer) {
@@ -415,12 +418,15 @@ struct LLMPipeline::Impl {
         kv_ids.insert(kv_ids.end(), run_ids.begin(), run_ids.end());
         continue;
       }
+      const auto t_run = Clock::now();
       if (next.empty()) {
         logits = rt->decode(id);
+        if (spec) step_costs->decode_took(std::chrono::duration<double>(Clock::now() - t_run).count());
       } else {
         run_ids.assign(1, id);
         run_ids.insert(run_ids.end(), next.begin(), next.end());
         verified = rt->verify(0, run_ids);
+        step_costs->verify_took(static_cast<int64_t>(run_ids.size()), std::chrono::duration<double>(Clock::now() - t_run).count());
         logits = verified.subspan(0, V);
         guesses = std::move(next);
       }
@@ -464,6 +470,7 @@ struct LLMPipeline::Impl {
       m.prediction_accepted = spec->prediction_accepted;
       m.prediction_rejected = spec->prediction_rejected;
       m.spec_draft_steps = spec->draft_steps();
+      m.spec_steps_by_guesses = spec->steps_by_guesses;
     }
     return res;
   }

@@ -1,6 +1,7 @@
 #include "genai/speculative/speculator.h"
 
 #include <algorithm>
+#include <chrono>
 #include <cstdlib>
 
 #include "genai/sampling/sampler.h"
@@ -138,17 +139,26 @@ void KSchedule::record(int64_t drafted, int64_t accepted) {
   }
 }
 
-Speculator::Speculator(const Speculation& s, int64_t max_k, int64_t prompt_len, std::vector<int32_t> prediction, DraftModel* draft)
+Speculator::Speculator(const Speculation& s, int64_t max_k, int64_t prompt_len, std::vector<int32_t> prediction, DraftModel* draft,
+                       StepCosts* costs)
     : s_(s),
       sched_(max_k, s.adaptive),
       pred_(std::move(prediction), prompt_len, s.ngram_max, s.ngram_min),
       draft_(draft),
+      costs_(costs),
       draft_steps_at_start_(draft ? draft->decode_steps() : 0) {}
 
 std::vector<int32_t> Speculator::propose(std::span<const int32_t> seq, int64_t room) {
   last_from_prediction_ = false;
-  const int64_t k = std::min(room, sched_.next());
+  int64_t k = std::min(room, sched_.next());
   if (k <= 0) return {};
+  // Acceptance per guess so far: taken guesses against the steps that lost one (each such step
+  // ends at its first wrong guess), from an even start.
+  if (costs_ && s_.adaptive) {
+    const double a = static_cast<double>(accepted + 1) / static_cast<double>(accepted + missed_steps_ + 2);
+    k = costs_->best_k(k, a);
+    if (k <= 0) return {};
+  }
   std::vector<int32_t> out;
   if (s_.draft_fn) {
     out = s_.draft_fn(std::vector<int32_t>(seq.begin(), seq.end()), k);
@@ -159,7 +169,13 @@ std::vector<int32_t> Speculator::propose(std::span<const int32_t> seq, int64_t r
     last_from_prediction_ = !out.empty();
   }
   if (out.empty() && s_.mode == SpecMode::Lookup) out = prompt_lookup(seq, k, s_.ngram_max, s_.ngram_min);
-  if (out.empty() && s_.mode == SpecMode::Draft && draft_) out = draft_->propose(seq, k);
+  if (out.empty() && s_.mode == SpecMode::Draft && draft_) {
+    const auto t0 = std::chrono::steady_clock::now();
+    const int64_t steps0 = draft_->decode_steps();
+    out = draft_->propose(seq, k);
+    if (costs_)
+      costs_->draft_took(draft_->decode_steps() - steps0, std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
+  }
   return out;
 }
 
@@ -168,6 +184,9 @@ void Speculator::record(int64_t n_drafted, int64_t n_accepted) {
   drafted += n_drafted;
   accepted += n_accepted;
   ++verify_steps;
+  if (steps_by_guesses.size() <= static_cast<size_t>(n_drafted)) steps_by_guesses.resize(static_cast<size_t>(n_drafted) + 1, 0);
+  ++steps_by_guesses[static_cast<size_t>(n_drafted)];
+  if (n_accepted < n_drafted) ++missed_steps_;
   if (last_from_prediction_) {
     prediction_accepted += n_accepted;
     prediction_rejected += n_drafted - n_accepted;

@@ -25,6 +25,8 @@
 #pragma once
 #include <npullm/llm_pipeline.h>
 
+#include "genai/speculative/step_costs.h"
+
 #include <cstdint>
 #include <memory>
 #include <span>
@@ -102,13 +104,18 @@ class Speculator {
  public:
   // `prediction`: the prediction's tokens (may be empty); `draft`: the draft model for
   // SpecMode::Draft (may be null otherwise). max_k is already capped by the verify blobs.
-  Speculator(const Speculation& s, int64_t max_k, int64_t prompt_len, std::vector<int32_t> prediction, DraftModel* draft);
+  // `costs` (may be null): what the steps cost; then each step makes the guesses that give the most
+  // tokens for their cost at this generation's acceptance so far (StepCosts::best_k), at most the
+  // schedule's K, and the draft model's time is reported to it.
+  Speculator(const Speculation& s, int64_t max_k, int64_t prompt_len, std::vector<int32_t> prediction, DraftModel* draft,
+             StepCosts* costs = nullptr);
   // Guesses to follow `seq`, at most `room`.
   std::vector<int32_t> propose(std::span<const int32_t> seq, int64_t room);
   // After a verify step of `drafted` guesses of which the first `accepted` were taken.
   void record(int64_t drafted, int64_t accepted);
 
   int64_t drafted = 0, accepted = 0, verify_steps = 0;
+  std::vector<int64_t> steps_by_guesses;  // [k]: verify steps that checked k guesses
   int64_t prediction_accepted = 0, prediction_rejected = 0;
   // The draft model's decode steps during this generation (0 without one).
   int64_t draft_steps() const { return draft_ ? draft_->decode_steps() - draft_steps_at_start_ : 0; }
@@ -118,6 +125,8 @@ class Speculator {
   KSchedule sched_;
   PredictionDraft pred_;
   DraftModel* draft_;
+  StepCosts* costs_;
+  int64_t missed_steps_ = 0;  // steps that lost a guess: with `accepted`, the acceptance estimate
   int64_t draft_steps_at_start_ = 0;
   bool last_from_prediction_ = false;
 };

@@ -79,6 +79,37 @@ TEST(SpecSchedule, KGrowsWhenAllAreAcceptedShrinksOtherwiseAndPausesAfterNone) {
   EXPECT_EQ(fixed.next(), 4);
 }
 
+TEST(SpecCosts, TheKOfTheMostTokensForTheirCostIsChosenOnceEachBlobIsTimed) {
+  genai::StepCosts c({2, 4, 8});
+  EXPECT_EQ(c.best_k(7, 0.9), 0);  // no decode step timed: this step is one
+  c.decode_took(0.010);
+  EXPECT_EQ(c.best_k(7, 0.9), 1);  // the blobs not yet timed are tried, smallest first
+  c.verify_took(2, 0.009);
+  EXPECT_EQ(c.best_k(7, 0.9), 3);
+  c.verify_took(4, 0.011);
+  EXPECT_EQ(c.best_k(7, 0.9), 7);
+  c.verify_took(8, 0.022);
+  EXPECT_NEAR(c.ratio(8), 2.2, 1e-9);
+  // r 0.9 / 1.1 / 2.2 (Zen 5's TinyLlama) at a = 0.9: tokens per decode step's time are 1.9 / 0.9 =
+  // 2.11 for K 1, 3.44 / 1.1 = 3.13 for K 3, 5.70 / 2.2 = 2.59 for K 7.
+  EXPECT_EQ(c.best_k(7, 0.9), 3);
+  EXPECT_EQ(c.best_k(2, 0.9), 2);  // 2.71 / 1.1 against 2.11: the schedule's K itself is a candidate
+  // Where 8 rows cost little more than 4 the most guesses win (5.70 / 1.2 = 4.74), unless guesses
+  // are mostly wrong (a = 0.3: 1.44, 1.29, 1.19).
+  for (int i = 0; i < 40; ++i) c.verify_took(8, 0.012);  // the average follows recent steps
+  EXPECT_NEAR(c.ratio(8), 1.2, 1e-3);
+  EXPECT_EQ(c.best_k(7, 0.9), 7);
+  EXPECT_EQ(c.best_k(7, 0.3), 1);
+  // A draft model's steps cost too, K + 1 of them a verify step: at c = 0.5, K 1 1.9 / 1.9 = 1.0,
+  // K 3 3.44 / 3.1 = 1.11, K 7 5.70 / 5.2 = 1.10; at c = 1 (the model as its own draft, a = 1) K 7
+  // 8 / 9.2 = 0.87 against K 1's 2 / 2.9 = 0.69.
+  c.draft_took(4, 0.020);
+  EXPECT_NEAR(c.draft_cost(), 0.5, 1e-9);
+  EXPECT_EQ(c.best_k(7, 0.9), 3);
+  for (int i = 0; i < 40; ++i) c.draft_took(1, 0.010);
+  EXPECT_EQ(c.best_k(7, 1.0), 7);
+}
+
 // ---------------------------------------------------------------------------------------------
 // the acceptance rule
 
@@ -264,12 +295,14 @@ TEST_P(SpecSameAnswer, GreedyOutputIsIdenticalForEveryKAndDraftSource) {
     g.speculative.prediction = spec.detokenize(edited);
     expect_same(off, spec.generate(GetParam().prompt, g), "edited prediction, K " + std::to_string(k));
     g.speculative.prediction.clear();
-    // The same edit sent as ids: the guesses follow the reply through every substitution, so at
-    // least half of what K allows of the unchanged tokens is taken from it (a verify step yields
-    // at most K guessed tokens of every K + 1; each edit loses the guesses after it in its step).
+    // The same edit sent as ids, K fixed: the guesses follow the reply through every substitution,
+    // so at least half of what K allows of the unchanged tokens is taken from it (a verify step
+    // yields at most K guessed tokens of every K + 1; each edit loses the guesses after it in its step).
     // Losing the prediction at the first edit would take 5.
     g.speculative.prediction_ids = edited;
+    g.speculative.adaptive = false;  // K guesses every step, whatever the steps cost here
     const GenerationResult pi = spec.generate(GetParam().prompt, g);
+    g.speculative.adaptive = true;
     expect_same(off, pi, "edited prediction as ids, K " + std::to_string(k));
     const int64_t edits = static_cast<int64_t>((edited.size() - 5 + 9) / 10);
     EXPECT_GE(pi.metrics.prediction_accepted, (static_cast<int64_t>(off.ids.size()) - edits) * k / (k + 1) / 2) << "K " << k;
