@@ -90,12 +90,18 @@ void HttpServer::Impl::generate(const httplib::Request& req, httplib::Response& 
   std::shared_ptr<ToolCallParser> tool_parser;  // set when the reply may hold tool calls
   std::string structured_param = r.structured_param;
   try {
+    // reasoning_effort goes to the template as a variable; one that never reads it would drop it.
+    const std::string effort = chat ? std::get<ChatRequest>(r.body).reasoning_effort : std::string();
+    if (!effort.empty() && sched.chat_template_source().find("reasoning_effort") == std::string::npos)
+      return send_error(res, bad_request("'reasoning_effort' is not supported by this model: its chat template has no reasoning effort",
+                                         "reasoning_effort"));
     if (chat && std::get<ChatRequest>(r.body).uses_tools()) {
       // Tools, calls and results through the model's own template (genai/tools), the reply
       // constrained to the family's call JSON as tool_choice asks, and parsed back.
       const ChatRequest& c = std::get<ChatRequest>(r.body);
       const genai::tools::Family family = genai::tools::detect_family(sched.chat_template_source());
-      const genai::tools::TemplateInput in = genai::tools::template_input(family, c.messages, c.tools, c.tool_choice);
+      genai::tools::TemplateInput in = genai::tools::template_input(family, c.messages, c.tools, c.tool_choice);
+      if (!effort.empty()) in.extra["reasoning_effort"] = effort;
       ids = sched.encode_chat(in.messages, in.extra);
       if (c.tool_choice.mode != genai::tools::ToolChoice::Mode::None) {
         r.gen.structured = genai::tools::tool_constraint(family, c.tools, c.tool_choice, c.parallel_tool_calls);
@@ -106,6 +112,10 @@ void HttpServer::Impl::generate(const httplib::Request& req, httplib::Response& 
         tool_parser = std::make_shared<ToolCallParser>(family, required ? ToolCallParser::Mode::Required : ToolCallParser::Mode::Auto,
                                                        std::move(names), c.parallel_tool_calls, fmt::format("call_{:016x}_", fresh_seed()));
       }
+    } else if (chat && !effort.empty()) {
+      nlohmann::ordered_json messages = nlohmann::ordered_json::array();
+      for (const auto& m : std::get<ChatRequest>(r.body).messages) messages.push_back({{"role", m.role}, {"content", m.content}});
+      ids = sched.encode_chat(messages, nlohmann::ordered_json{{"reasoning_effort", effort}});
     } else if (chat) {
       std::vector<ChatMessage> plain;
       for (const auto& m : std::get<ChatRequest>(r.body).messages) plain.push_back({m.role, m.content});

@@ -396,7 +396,7 @@ ApiRequest parse(const json& o, bool chat, const RequestLimits& limits) {
     }
     r.gen.speculative.prediction = std::move(text);
   }
-  for (const char* k : {"audio", "web_search_options", "reasoning_effort", "verbosity"})
+  for (const char* k : {"audio", "web_search_options", "verbosity"})
     if (field(o, k)) invalid(k, fmt::format("'{}' is not supported", k));
   if (const json* mo = field(o, "modalities"); mo && *mo != json::array({"text"}))
     invalid("modalities", "only the modality 'text' is supported");
@@ -453,10 +453,16 @@ ApiRequest parse(const json& o, bool chat, const RequestLimits& limits) {
   if (chat) {
     ChatRequest c = parse_messages(o);
     parse_tools(o, c);
+    if (const json* e = field(o, "reasoning_effort")) {
+      if (!e->is_string() || (*e != "low" && *e != "medium" && *e != "high"))
+        invalid("reasoning_effort", "'reasoning_effort' must be \"low\", \"medium\" or \"high\"");
+      c.reasoning_effort = e->get<std::string>();
+    }
     if (c.tool_choice.mode != genai::tools::ToolChoice::Mode::None && !r.structured_param.empty())
       invalid(r.structured_param, fmt::format("'{}' cannot be combined with tool calls; send tool_choice 'none' or no tools", r.structured_param));
     r.body = std::move(c);
   } else {
+    if (field(o, "reasoning_effort")) invalid("reasoning_effort", "'reasoning_effort' applies to chat completions (a chat template)");
     r.body = parse_prompt(o, limits);
   }
   return r;

@@ -32,6 +32,9 @@ struct ChatRequest {
   std::vector<genai::tools::Tool> tools;
   genai::tools::ToolChoice tool_choice;         // auto with tools, none without
   bool parallel_tool_calls = true;
+  // "low", "medium" or "high", handed to the chat template as `reasoning_effort` (gpt-oss's harmony
+  // template writes it into the system message); empty: not sent, the template's default.
+  std::string reasoning_effort;
   // Tools offered or tool calls / results in the history: rendered through genai/tools.
   bool uses_tools() const;
 };

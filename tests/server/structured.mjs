@@ -135,6 +135,9 @@ async function everyField() {
     ['audio', { audio: { voice: 'alloy', format: 'wav' } }, 'audio', null],
     ['prediction', { prediction: { type: 'content', content: 'x' } }, 'prediction', null],
     ['store true', { store: true }, 'store', null],
+    // reasoning_effort goes to the chat template; chatml has none to take it, so it is refused, not dropped.
+    ['reasoning_effort on a template without it', { reasoning_effort: 'low' }, 'reasoning_effort', null, /chat template/],
+    ['reasoning_effort not a level', { reasoning_effort: 'extreme' }, 'reasoning_effort', null],
     // A schema keyword genai/grammar does not implement: refused, naming it, never dropped.
     ['json_schema with an unsupported keyword', { response_format: { type: 'json_schema', json_schema: { name: 'p', schema: { type: 'object', not: { required: ['a'] } } } } },
       'response_format', null, /\bnot\b/],

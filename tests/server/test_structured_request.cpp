@@ -4,6 +4,8 @@
 // a 400 naming it (tests/server/structured.mjs sends the same through HTTP).
 #include <gtest/gtest.h>
 
+#include <fmt/format.h>
+
 #include <variant>
 
 #include "server/openai_request.h"
@@ -193,7 +195,8 @@ TEST(StructuredRequest, EveryDocumentedFieldIsHonouredOrRefused) {
       {R"("prediction":{"type":"content","content":5})", "prediction"},
       {R"("prediction":{"type":"content","content":[{"type":"image_url"}]})", "prediction"},
       {R"("web_search_options":{})", "web_search_options"},
-      {R"("reasoning_effort":"low")", "reasoning_effort"},
+      {R"("reasoning_effort":"extreme")", "reasoning_effort"},
+      {R"("reasoning_effort":2)", "reasoning_effort"},
       {R"("verbosity":"low")", "verbosity"},
       {R"("store":true)", "store"},
       {R"("metadata":"x")", "metadata"},
@@ -203,6 +206,15 @@ TEST(StructuredRequest, EveryDocumentedFieldIsHonouredOrRefused) {
       {R"("top_logprobs":2)", "logprobs"},
   };
   for (const auto& [extra, param] : cases) EXPECT_EQ(refused(chat(extra)), param) << extra;
+  // reasoning_effort: low, medium or high, for the chat template (refused where there is none).
+  for (const char* effort : {"low", "medium", "high"}) {
+    auto e = parse_request(chat(fmt::format(R"("reasoning_effort":"{}")", effort)), true, kLimits);
+    ASSERT_TRUE(std::holds_alternative<ApiRequest>(e)) << effort;
+    EXPECT_EQ(std::get<ChatRequest>(std::get<ApiRequest>(e).body).reasoning_effort, effort);
+  }
+  auto completion = parse_request(R"({"prompt":"a","reasoning_effort":"low"})", false, kLimits);
+  ASSERT_TRUE(std::holds_alternative<ApiError>(completion));
+  EXPECT_EQ(std::get<ApiError>(completion).param, "reasoning_effort");
   // Predicted Outputs: the text becomes the speculation's prediction (the server honours it with
   // --spec lookup and refuses it otherwise; tests/server/structured.mjs, test_scheduler.cpp).
   auto r = parse_request(chat(R"("prediction":{"type":"content","content":[{"type":"text","text":"ab"},{"type":"text","text":"c"}]})"), true, kLimits);
