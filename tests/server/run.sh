@@ -6,7 +6,7 @@
 # usage: tests/server/run.sh NPULLM_BIN [MODEL.gguf] [FILTER]
 #   MODEL   default ../shared/models/llama2c/stories260K.gguf from the repo root; "" or - for it.
 #           Missing: exit 77 (skip), or 1 when NPULLM_REQUIRE_DATA=1.
-#   FILTER  extended regex on script names, e.g. 'openai|web|abuse|structured|drain|trace|spec' (default: all).
+#   FILTER  extended regex on script names, e.g. 'openai|web|abuse|structured|drain|trace|spec|reasoning' (default: all).
 # env: NPULLM_RUNTIME_FLAGS  extra runtime flags for both `serve` and `run` (e.g. "--variants 64,128")
 #      NPULLM_SCREENSHOT     where web_page.mjs saves its screenshot (default build/web-page.png)
 #      NPULLM_KEEP_TMP=1     keep the temp folder (server logs, blob cache)
@@ -38,7 +38,7 @@ fi
 MODEL="$(cd "$(dirname "$MODEL")" && pwd)/$(basename "$MODEL")"
 
 SCRIPTS=()
-for s in bad_requests openai_client structured concurrency web_page abuse drain trace spec; do
+for s in bad_requests openai_client structured concurrency web_page abuse drain trace spec reasoning; do
   [[ "$s" =~ $FILTER ]] && SCRIPTS+=("$s")
 done
 [[ ${#SCRIPTS[@]} -gt 0 ]] || { echo "run.sh: no script matches '$FILTER'" >&2; exit 2; }
@@ -154,7 +154,7 @@ run_script() {
 
 start_server main
 for s in "${SCRIPTS[@]}"; do
-  [[ "$s" == abuse || "$s" == structured || "$s" == drain || "$s" == trace || "$s" == spec ]] && continue  # on servers of their own, below
+  [[ "$s" == abuse || "$s" == structured || "$s" == drain || "$s" == trace || "$s" == spec || "$s" == reasoning ]] && continue  # on servers of their own, below
   # A script that kills the server would fail the rest with confusing messages; say so instead.
   kill -0 "$SERVER_PID" 2>/dev/null || { echo "run.sh: the server died" >&2; log_tail; exit 1; }
   run_script "$s"
@@ -217,6 +217,13 @@ if [[ " ${SCRIPTS[*]} " == *" spec "* ]]; then
   PARALLEL=4 start_server spec-draft --spec draft --draft-model "$MODEL" --spec-k 7
   run_script spec
   stop_server || FAILED+=("clean shutdown (spec server with a draft model)")
+fi
+
+# reasoning_effort: a server whose chat template is harmony (gpt-oss's), which reads it.
+if [[ " ${SCRIPTS[*]} " == *" reasoning "* ]]; then
+  PARALLEL=2 CHAT_TEMPLATE=harmony start_server reasoning
+  run_script reasoning
+  stop_server || FAILED+=("clean shutdown (reasoning server)")
 fi
 
 # Readiness and drain: drain.mjs starts its own servers (a fresh cache, so /health is seen saying
