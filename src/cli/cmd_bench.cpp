@@ -389,6 +389,9 @@ int run(BenchOptions& o) {
                         {"sync_points_per_token", sync_per_token},
                         {"solo_periods", solo_periods},
                         {"stage_ms_per_token", stage_ms_json(stage_ns, tg_tokens)},
+                        // The tg runs' whole time over their tokens: the time the stages above are part of
+                        // (1000 / tps_mean is not, where runs differ: a mean of rates).
+                        {"tg_ms_per_token", tg_tokens > 0 ? tg_seconds * 1e3 / static_cast<double>(tg_tokens) : 0.0},
                         // The decode MatMul stages by the weights they read: time, runs, bytes, rate.
                         {"matmul_stages", kinds_json(tg_kinds, tg_tokens)},
                         // The K/V allocation: full-length layers' rows plus the sliding-window rings.

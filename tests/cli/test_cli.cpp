@@ -218,7 +218,10 @@ TEST(CliTools, BenchJsonReportsTheIssueFields) {
     EXPECT_GT(j["stage_ms_per_token"][op].get<double>(), 0.0) << op;
   }
   for (const auto& [op, ms] : j["stage_ms_per_token"].items()) staged_ms += ms.get<double>();
-  EXPECT_LT(staged_ms, 1.25 * 1000.0 / j["tg"]["tps_mean"].get<double>()) << j["stage_ms_per_token"];
+  // Against the runs' whole time per token, not 1000 / tps_mean: where one run of 8 tokens was held up
+  // (another test on the other core), a mean of rates is far below the mean time a token took.
+  EXPECT_GT(j["tg_ms_per_token"].get<double>(), 0.0);
+  EXPECT_LT(staged_ms, 1.25 * j["tg_ms_per_token"].get<double>()) << j["stage_ms_per_token"];
   // The same MatMul time by the weights each stage reads: a decode token reads every matrix of the
   // file once (the output projection's, or the tied embedding's), so the kinds' runs a token times
   // their bytes add up to the file's matrices, byte for byte; and their time to the MatMul op's.
