@@ -124,6 +124,7 @@ Scheduler::Scheduler(const std::string& model_path, const PipelineConfig& cfg, c
       fail("draft model {}: its vocabulary has {} tokens but the model's has {}; a draft model must share the vocabulary",
            cfg.draft_model, draft_rt_->n_vocab(), rt_->n_vocab());
   }
+  if (!rt_->config().verify_sizes.empty()) step_costs_ = std::make_unique<StepCosts>(rt_->config().verify_sizes);
   try {
     format_ = std::make_unique<ChatFormat>(cfg.chat_template, *tok_);
   } catch (const Error& e) {
@@ -281,7 +282,7 @@ bool Scheduler::admit() {
       if (sp.mode == SpecMode::Draft && !best->draft) best->draft = std::make_unique<DraftModel>(draft_rt_, best->id);
       a->spec = std::make_unique<Speculator>(sp, std::min(sp.max_k, rt_->max_verify_rows(best->id) - 1),
                                              static_cast<int64_t>(prompt.size()), std::move(pred),
-                                             sp.mode == SpecMode::Draft ? best->draft.get() : nullptr);
+                                             sp.mode == SpecMode::Draft ? best->draft.get() : nullptr, step_costs_.get());
     }
     // After BOS alone, SPM's dummy-prefix space of the first piece is not text.
     a->decoder = std::make_unique<StreamDecoder>(*tok_, prompt.size() == 1 && prompt[0] == tok_->bos());
@@ -450,6 +451,10 @@ void Scheduler::decode_step() {
     decoding_before_ = false;
     return;
   }
+  // The cost a verify step's is measured against: steps of as few sequences as speculate (one or two
+  // rows read the weights once, as a verify step does).
+  if (step_costs_ && static_cast<int64_t>(batch.size()) <= sc_.spec_max_sequences)
+    step_costs_->decode_took(ms_between(start, Clock::now()) / 1e3);
   const size_t V = static_cast<size_t>(rt_->n_vocab());
   for (size_t r = 0; r < rows.size(); ++r) {
     rows[r]->tokens.push_back(batch[r].id);
@@ -505,6 +510,11 @@ bool Scheduler::speculative_step(const std::vector<Slot*>& rows) {
     for (Slot* s : rows) finish(*s, FinishReason::Length, e.what());
     decoding_before_ = false;
     return true;
+  }
+  if (step_costs_) {  // the blob that held all the step's rows
+    size_t total = 0;
+    for (const auto& run : runs) total += run.size();
+    step_costs_->verify_took(static_cast<int64_t>(total), ms_between(start, Clock::now()) / 1e3);
   }
   if (decoding_before_) work_.longest_decode_stall_ms = std::max(work_.longest_decode_stall_ms, ms_between(last_decode_end_, start));
   const size_t V = static_cast<size_t>(rt_->n_vocab());

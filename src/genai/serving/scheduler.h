@@ -49,6 +49,7 @@ namespace npullm::genai {
 
 class Tokenizer;
 class ChatFormat;
+class StepCosts;
 namespace grammar {
 class TokenTrie;
 }
@@ -219,6 +220,9 @@ class Scheduler {
   std::unique_ptr<npuw::LlmRuntime> rt_;
   // PipelineConfig::draft_model: the draft model's runtime, a slot per sequence slot (null: none).
   std::shared_ptr<npuw::LlmRuntime> draft_rt_;
+  // With verify blobs: what a decode step of as few sequences as speculate and each verify blob's step
+  // cost here (timed as they run), from which each request's speculator picks its K (StepCosts::best_k).
+  std::unique_ptr<StepCosts> step_costs_;
   std::unique_ptr<Tokenizer> tok_;
   std::unique_ptr<ChatFormat> format_;  // null when no template is available
   std::string format_error_;            // why there is none
