@@ -55,6 +55,23 @@ inline std::string shared_dir() {
 
 inline std::string shared_path(const std::string& rel) { return shared_dir() + "/" + rel; }
 
+// A fresh folder under the system temp dir (blob caches, session files: never ../shared or the
+// source tree), removed with everything in it when this goes out of scope.
+struct TempDir {
+  std::filesystem::path path;
+  TempDir() {
+    std::string t = (std::filesystem::temp_directory_path() / "npullm-test-XXXXXX").string();
+    if (!mkdtemp(t.data())) std::abort();
+    path = t;
+  }
+  ~TempDir() {
+    std::error_code ec;
+    std::filesystem::remove_all(path, ec);
+  }
+  TempDir(const TempDir&) = delete;
+  TempDir& operator=(const TempDir&) = delete;
+};
+
 #ifndef NPULLM_TEST_DATA_DIR
 #define NPULLM_TEST_DATA_DIR "tests/data"
 #endif

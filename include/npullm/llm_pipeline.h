@@ -118,6 +118,9 @@ struct Speculation {
   // gets the sequence so far (prompt and reply, the token just chosen last) and the most guesses
   // wanted; it returns up to that many (none: no verify step).
   std::function<std::vector<int32_t>(const std::vector<int32_t>& sequence, int64_t max_guesses)> draft_fn;
+
+  // Whether a generation with this setting speculates (a prediction is used even with the mode off).
+  bool requested() const { return mode != SpecMode::Off || !prediction.empty() || !prediction_ids.empty() || draft_fn; }
 };
 
 struct GenerationConfig {

@@ -94,7 +94,4 @@ int raw_enum(const E& e) {
 
 std::vector<ChatMessage> to_messages(const npullm_chat_message* messages, size_t n);
 
-// Whether a generation with this setting speculates (a prediction is used even with the mode off).
-inline bool speculates(const Speculation& s) { return s.mode != SpecMode::Off || !s.prediction.empty(); }
-
 }  // namespace npullm::capi

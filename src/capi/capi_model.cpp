@@ -3,8 +3,7 @@
 #include <fstream>
 
 #include "capi/capi_internal.h"
-#include "genai/configs.h"
-#include "npuw/llm_runtime.h"
+#include "genai/open_model.h"
 
 using namespace npullm;
 using namespace npullm::capi;
@@ -37,18 +36,6 @@ PipelineConfig pipeline_config(const npullm_model_params& p) {
   if (p.chat_template) c.chat_template = p.chat_template;
   c.cut_long_prompts = p.cut_long_prompts != 0;
   return c;
-}
-
-// The draft model, opened once as the sessions' pipelines will open it (its own runtime, no
-// verify blobs), so that a file of another vocabulary fails the open rather than every
-// npullm_session_create, and its blobs are in the cache when the sessions load it.
-void check_draft(const PipelineConfig& cfg, int64_t n_vocab) {
-  PipelineConfig dc = cfg;
-  dc.spec_max_k = 0;
-  const npuw::LlmRuntime draft(cfg.draft_model, genai::runtime_config(dc));
-  if (draft.n_vocab() != n_vocab)
-    refuse(NPULLM_ERR_MODEL, "draft model " + cfg.draft_model + ": its vocabulary has " + std::to_string(draft.n_vocab()) +
-                                 " tokens but the model's has " + std::to_string(n_vocab) + "; a draft model must share the vocabulary");
 }
 
 }  // namespace
@@ -103,7 +90,8 @@ npullm_status npullm_model_open_speculative(const char* path, const npullm_model
     m->bos = m->pipe->bos_id();
     m->eos = m->pipe->eos_id();
     m->n_vocab = m->pipe->n_vocab();
-    if (!m->cfg.draft_model.empty()) check_draft(m->cfg, m->n_vocab);
+    // A draft of another vocabulary fails the open (from its header), not every npullm_session_create.
+    if (!m->cfg.draft_model.empty()) genai::check_draft(m->cfg.draft_model, m->n_vocab);
     *out_model = m.release();
   });
 }

@@ -236,7 +236,7 @@ npullm_status npullm_session_set_structured(npullm_session* session, npullm_stru
     require(session != nullptr, "session must not be NULL");
     StructuredOutput so = structured_of(k, source, trigger);
     // Refused here, not at the next generation (the pipeline refuses the pair too).
-    if (so.kind != StructuredOutput::Kind::None && speculates(session->speculative))
+    if (so.kind != StructuredOutput::Kind::None && session->speculative.requested())
       refuse(NPULLM_ERR_INVALID_ARGUMENT,
              "structured output together with speculative decoding is not implemented (a grammar decodes token by token): "
              "turn speculation off first (npullm_session_set_speculative with NPULLM_SPEC_OFF and no prediction)");

@@ -22,7 +22,7 @@ Speculation speculation_of(const PipelineConfig& cfg, int mode, int64_t max_k, i
     default: refuse(NPULLM_ERR_INVALID_ARGUMENT, "mode is not an npullm_spec_mode");
   }
   if (prediction) s.prediction = prediction;
-  if (!speculates(s)) return Speculation{};  // off: max_k and adaptive mean nothing
+  if (!s.requested()) return Speculation{};  // off: max_k and adaptive mean nothing
   if (cfg.spec_max_k <= 0)
     refuse(NPULLM_ERR_INVALID_ARGUMENT,
            "speculative decoding needs verify blobs: open the model with npullm_model_open_speculative and spec_max_k > 0");
@@ -46,7 +46,7 @@ npullm_status npullm_session_set_speculative(npullm_session* session, npullm_spe
     require(session != nullptr, "session must not be NULL");
     Speculation s = speculation_of(session->cfg, m, max_k, adaptive, prediction);
     // The pipeline refuses the pair at generation time; here the setting is refused instead.
-    if (speculates(s) && session->structured.kind != StructuredOutput::Kind::None)
+    if (s.requested() && session->structured.kind != StructuredOutput::Kind::None)
       refuse(NPULLM_ERR_INVALID_ARGUMENT,
              "speculative decoding together with structured output is not implemented (a grammar decodes token by token): "
              "set NPULLM_STRUCTURED_NONE first (npullm_session_set_structured)");

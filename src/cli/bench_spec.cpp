@@ -34,6 +34,7 @@
 #include "cli/commands.h"
 #include "common/error.h"
 #include "genai/sampling/sampler.h"
+#include "genai/speculative/step_costs.h"
 
 namespace npullm::cli {
 
@@ -128,16 +129,16 @@ GenFigures run_gen(LLMPipeline& pipe, const std::string& prompt, const Generatio
 
 // Expected tokens per verify step over its cost, for acceptance a, K guesses, verify cost r and
 // draft cost c per guess (relative to a decode step): the fixed-K speed-up.
-double expected_speedup(double a, double k, double r, double c) {
-  const double tokens = a >= 1.0 ? k + 1.0 : (1.0 - std::pow(a, k + 1.0)) / (1.0 - a);
-  return tokens / (c * k + r);
-}
+double expected_speedup(double a, double k, double r, double c) { return genai::expected_tokens(a, k) / (c * k + r); }
 
 }  // namespace
 
 int bench_spec(const std::string& model, const SpecBenchOptions& so, const npuw::RuntimeConfig& rc_in, const PipelineConfig& pc_in) {
   if (so.k < 1 || so.k > 63) fail("--spec-k must be between 1 and 63 (got {})", so.k);
   if (so.mode == "draft" && so.draft_model.empty()) fail("--spec draft needs --draft-model FILE");
+  if (so.mode != "draft" && !so.draft_model.empty()) fail("--draft-model needs --spec draft");
+  if (so.mode == "oracle" && (so.edit >= 0 || !so.prediction_file.empty()))
+    fail("--spec oracle guesses from the reply itself: --prediction and --spec-edit are for lookup and draft");
   std::mt19937 rng(1234);
   PipelineConfig pc = pc_in;
   pc.spec_max_k = so.k;

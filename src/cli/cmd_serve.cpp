@@ -42,6 +42,7 @@ struct ServeOptions {
   std::string draft_model;   // --draft-model FILE (for --spec draft)
   int64_t spec_k = 7;
   bool spec_k_given = false;  // --spec-k was on the command line
+  bool spec_max_sequences_given = false;
 };
 
 std::string mib(int64_t bytes) { return fmt::format("{:.1f} MiB", static_cast<double>(bytes) / (1 << 20)); }
@@ -102,6 +103,8 @@ int serve(const ServeOptions& o) {
   }
 
   if (o.spec_k_given && o.spec == "off") fail("--spec-k needs --spec lookup or draft (speculative decoding is off)");
+  if (o.spec_max_sequences_given && o.spec == "off")
+    fail("--spec-max-sequences needs --spec lookup or draft (speculative decoding is off)");
   if (o.spec == "draft" && o.draft_model.empty()) fail("--spec draft needs --draft-model FILE");
   if (!o.draft_model.empty() && o.spec != "draft") fail("--draft-model needs --spec draft");
   PipelineConfig pc = o.go.pipeline_config();
@@ -276,7 +279,8 @@ void add_serve(CLI::App& app, Actions& actions) {
                   "speculative decoding runs while at most this many sequences decode (a fuller batch already reads each "
                   "weight once for several tokens)")
       ->capture_default_str()
-      ->check(CLI::Range(int64_t{1}, int64_t{1024}));
+      ->check(CLI::Range(int64_t{1}, int64_t{1024}))
+      ->each([o](const std::string&) { o->spec_max_sequences_given = true; });
   cmd->add_option("--spec-k", o->spec_k, "speculative decoding: the most guesses one verify step checks (adaptive below it)")
       ->capture_default_str()
       ->check(CLI::Range(1, 63))

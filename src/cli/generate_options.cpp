@@ -55,6 +55,7 @@ PipelineConfig GenerateOptions::pipeline_config() const {
   p.n_keep = keep;
   p.chat_template = chat_template;
   if (spec == "draft" && draft_model.empty()) fail("--spec draft needs --draft-model FILE");
+  if (spec != "draft" && !draft_model.empty()) fail("--draft-model needs --spec draft");
   if (spec != "off" || !prediction_file.empty()) p.spec_max_k = spec_k;
   if (spec == "draft") p.draft_model = draft_model;
   return p;

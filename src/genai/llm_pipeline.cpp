@@ -77,16 +77,7 @@ struct LLMPipeline::Impl {
     genai::OpenedModel m = genai::open_model(path, genai::runtime_config(c));
     tok = std::move(m.tok);
     rt = std::move(m.rt);
-    if (!c.draft_model.empty()) {
-      // The draft model: its own runtime and K/V rows, no verify blobs (it only guesses).
-      PipelineConfig dc = c;
-      dc.spec_max_k = 0;
-      auto drt = std::make_unique<npuw::LlmRuntime>(c.draft_model, genai::runtime_config(dc));
-      if (drt->n_vocab() != rt->n_vocab())
-        fail("draft model {}: its vocabulary has {} tokens but the model's has {}; a draft model must share the vocabulary",
-             c.draft_model, drt->n_vocab(), rt->n_vocab());
-      draft = std::make_unique<genai::DraftModel>(std::move(drt));
-    }
+    if (!c.draft_model.empty()) draft = std::make_unique<genai::DraftModel>(genai::open_draft(c, 1, rt->n_vocab()));
     load_ms = ms_between(t0, Clock::now());
   }
 
@@ -250,8 +241,7 @@ struct LLMPipeline::Impl {
   // for and the pipeline cannot: no verify blobs, or SpecMode::Draft without a draft model.
   std::unique_ptr<genai::Speculator> speculator_for(const GenerationConfig& g, bool structured, int64_t prompt_len) {
     const Speculation& sp = g.speculative;
-    const bool wanted = sp.mode != SpecMode::Off || !sp.prediction.empty() || !sp.prediction_ids.empty() || sp.draft_fn;
-    if (!wanted) return nullptr;
+    if (!sp.requested()) return nullptr;
     if (structured)  // refused before anything runs (run() asks first); never silently dropped
       fail("speculative decoding (GenerationConfig::speculative) together with structured output is not implemented: "
            "turn one of them off");

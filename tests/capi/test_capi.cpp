@@ -26,20 +26,7 @@ constexpr const char* kModel = "models/llama2c/stories260K.gguf";
 // stories260K has no chat template of its own.
 constexpr const char* kTemplate = "chatml";
 
-// A folder under the system temp dir, removed at exit (the blob cache and session files go there,
-// never into ../shared or the source tree).
-struct TempDir {
-  fs::path path;
-  TempDir() {
-    std::string t = (fs::temp_directory_path() / "npullm-capi-XXXXXX").string();
-    if (!mkdtemp(t.data())) std::abort();
-    path = t;
-  }
-  ~TempDir() {
-    std::error_code ec;
-    fs::remove_all(path, ec);
-  }
-};
+using npullm::test::TempDir;
 
 std::string model_path() { return npullm::test::shared_path(kModel); }
 

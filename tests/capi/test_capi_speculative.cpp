@@ -25,18 +25,7 @@ constexpr const char* kModel = "models/llama2c/stories260K.gguf";
 constexpr const char* kPrompt = "Once upon a time";
 constexpr int64_t kTokens = 120;
 
-struct TempDir {
-  fs::path path;
-  TempDir() {
-    std::string t = (fs::temp_directory_path() / "npullm-capi-spec-XXXXXX").string();
-    if (!mkdtemp(t.data())) std::abort();
-    path = t;
-  }
-  ~TempDir() {
-    std::error_code ec;
-    fs::remove_all(path, ec);
-  }
-};
+using npullm::test::TempDir;
 
 std::string model_path() { return npullm::test::shared_path(kModel); }
 

@@ -47,18 +47,7 @@ void expect_person(const std::string& text) {
   }
 }
 
-struct TempDir {
-  fs::path path;
-  TempDir() {
-    std::string t = (fs::temp_directory_path() / "npullm-capi-so-XXXXXX").string();
-    if (!mkdtemp(t.data())) std::abort();
-    path = t;
-  }
-  ~TempDir() {
-    std::error_code ec;
-    fs::remove_all(path, ec);
-  }
-};
+using npullm::test::TempDir;
 
 struct Opened {
   TempDir dir;

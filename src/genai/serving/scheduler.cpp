@@ -115,15 +115,7 @@ Scheduler::Scheduler(const std::string& model_path, const PipelineConfig& cfg, c
   OpenedModel m = open_model(model_path, runtime_config(cfg, sc.parallel));
   tok_ = std::move(m.tok);
   rt_ = std::move(m.rt);
-  if (!cfg.draft_model.empty()) {
-    // The draft model: its own runtime with a slot per sequence slot, no verify blobs (it only guesses).
-    PipelineConfig dc = cfg;
-    dc.spec_max_k = 0;
-    draft_rt_ = std::make_shared<npuw::LlmRuntime>(cfg.draft_model, runtime_config(dc, sc.parallel));
-    if (draft_rt_->n_vocab() != rt_->n_vocab())
-      fail("draft model {}: its vocabulary has {} tokens but the model's has {}; a draft model must share the vocabulary",
-           cfg.draft_model, draft_rt_->n_vocab(), rt_->n_vocab());
-  }
+  if (!cfg.draft_model.empty()) draft_rt_ = open_draft(cfg, sc.parallel, rt_->n_vocab());  // a slot per sequence slot
   if (!rt_->config().verify_sizes.empty()) step_costs_ = std::make_unique<StepCosts>(rt_->config().verify_sizes);
   try {
     format_ = std::make_unique<ChatFormat>(cfg.chat_template, *tok_);
@@ -275,7 +267,7 @@ bool Scheduler::admit() {
     // Speculation where the request asks for it and the runtime has verify blobs; never with a
     // grammar (a server-wide --spec steps aside for structured requests: it changes no text).
     const Speculation& sp = g.speculative;
-    if ((sp.mode != SpecMode::Off || !sp.prediction.empty() || !sp.prediction_ids.empty() || sp.draft_fn) && !a->structured && rt_->max_verify_rows(best->id) > 1) {
+    if (sp.requested() && !a->structured && rt_->max_verify_rows(best->id) > 1) {
       std::vector<int32_t> pred;
       if (!sp.prediction_ids.empty()) pred = sp.prediction_ids;
       else if (!sp.prediction.empty()) pred = tok_->encode(sp.prediction, /*add_bos=*/false);

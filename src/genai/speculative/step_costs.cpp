@@ -11,13 +11,9 @@ namespace {
 constexpr double kKeep = 0.8;
 void blend(double& ema, double x) { ema = ema == 0 ? x : kKeep * ema + (1 - kKeep) * x; }
 
-// Expected tokens of a verify step of k guesses at acceptance a per guess (its own token included).
-double tokens(double a, int64_t k) {
-  if (a >= 1.0) return static_cast<double>(k + 1);
-  return (1.0 - std::pow(a, static_cast<double>(k + 1))) / (1.0 - a);
-}
-
 }  // namespace
+
+double expected_tokens(double a, double k) { return a >= 1.0 ? k + 1.0 : (1.0 - std::pow(a, k + 1.0)) / (1.0 - a); }
 
 StepCosts::StepCosts(std::vector<int64_t> verify_sizes) : sizes_(std::move(verify_sizes)), verify_s_(sizes_.size(), 0.0) {}
 
@@ -60,7 +56,7 @@ int64_t StepCosts::best_k(int64_t k_max, double a) const {
   int64_t best = k_max;
   double best_v = -1;
   for (int64_t k : ks) {
-    const double v = tokens(a, k) / (ratio(k + 1) + c * static_cast<double>(k + 1));
+    const double v = expected_tokens(a, static_cast<double>(k)) / (ratio(k + 1) + c * static_cast<double>(k + 1));
     if (v > best_v) best = k, best_v = v;
   }
   return best;

@@ -15,6 +15,10 @@
 
 namespace npullm::genai {
 
+// Expected tokens of a verify step of k guesses at acceptance a per guess, its own token included:
+// (1 - a^(k+1)) / (1 - a), or k + 1 at a = 1.
+double expected_tokens(double a, double k);
+
 class StepCosts {
  public:
   explicit StepCosts(std::vector<int64_t> verify_sizes);  // the runtime's verify blob sizes (rows)
