@@ -208,7 +208,7 @@ npullm_status npullm_structured_check(npullm_structured_kind kind, const char* s
  * verify blobs of 2, 4, 8, ... rows up to spec_max_k + 1 per capacity (cached as the other blobs
  * are); 0 is npullm_model_open. draft_model: NULL or "", or a GGUF sharing the model's vocabulary
  * whose greedy tokens are the guesses of NPULLM_SPEC_DRAFT (each session loads it beside the model,
- * with K/V rows of its own); it needs spec_max_k > 0. The draft is opened once here to check it.
+ * with K/V rows of its own); it needs spec_max_k > 0. Its vocabulary is checked here, from its header.
  * Errors: INVALID_ARGUMENT (spec_max_k out of range, a draft without verify blobs), IO (a file
  * that cannot be opened), MODEL (refused, or a draft whose vocabulary differs). */
 npullm_status npullm_model_open_speculative(const char* path, const npullm_model_params* params, int64_t spec_max_k,
