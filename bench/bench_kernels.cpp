@@ -302,8 +302,14 @@ void BM_PrefillIsa(benchmark::State& st, std::string isa, GgmlType t, int64_t M,
 // whole token (all the weights) ago: a different copy of K/V each call, from 512 MiB. Head-major:
 // the same buffers read as [Hkv, C, hd], each group one call over its own contiguous rows (Hkv = 1
 // there); the values differ from the row-major run's, the work does not.
-void BM_AttentionDecode(benchmark::State& st, int64_t C, bool cold, bool head_major, GgmlType kv) {
-  const int64_t H = 32, Hkv = 4, hd = 64;
+struct AttnShape {
+  int64_t H, Hkv, hd;
+};
+constexpr AttnShape kTinyLlamaHeads{32, 4, 64};
+constexpr AttnShape kQwen25Heads{14, 2, 64};  // Qwen2.5-0.5B: two groups of 7
+
+void BM_AttentionDecodeShape(benchmark::State& st, AttnShape shape, int64_t C, bool cold, bool head_major, GgmlType kv) {
+  const int64_t H = shape.H, Hkv = shape.Hkv, hd = shape.hd;
   std::vector<float> q(static_cast<size_t>(H * hd)), out(q.size()), work(static_cast<size_t>(cpu::attention_work_floats(C, hd)));
   std::vector<float> kf(static_cast<size_t>(C * Hkv * hd));
   for (size_t i = 0; i < q.size(); ++i) q[i] = static_cast<float>((i * 7919) % 97) / 97.0f - 0.5f;
@@ -332,6 +338,54 @@ void BM_AttentionDecode(benchmark::State& st, int64_t C, bool cold, bool head_ma
   }
   benchmark::DoNotOptimize(out.data());
   st.counters["keys/s"] = benchmark::Counter(double(H) * double(C) * double(st.iterations()), benchmark::Counter::kIsRate);
+  st.SetBytesProcessed(static_cast<int64_t>(2 * bytes) * st.iterations());
+}
+// One decode token's attention over C keys (Qwen2.5-0.5B's heads, every key visible, from memory
+// as in decode) on a pool of `threads`, the way the CPU device shares it out: split by heads (each
+// thread a run of heads sharing a K/V head, over all keys) or by keys (cpu::attention_part: each
+// thread a contiguous range of blocks of 256 keys for every head, then cpu::attention_merge).
+void BM_AttentionPool(benchmark::State& st, AttnShape shape, int64_t C, GgmlType kv, int threads, bool by_keys) {
+  const int64_t H = shape.H, Hkv = shape.Hkv, hd = shape.hd;
+  cpu::WorkerPool pool(threads);
+  std::vector<float> q(static_cast<size_t>(H * hd)), out(q.size());
+  std::vector<std::vector<float>> work(static_cast<size_t>(threads), std::vector<float>(static_cast<size_t>(cpu::attention_work_floats(C, hd))));
+  const int64_t runs = cpu::attention_runs(H, Hkv), pf = cpu::attention_partial_floats(C, hd);
+  std::vector<float> partials(static_cast<size_t>(runs * pf));
+  std::vector<float> kf(static_cast<size_t>(C * Hkv * hd));
+  for (size_t i = 0; i < q.size(); ++i) q[i] = static_cast<float>((i * 7919) % 97) / 97.0f - 0.5f;
+  for (size_t i = 0; i < kf.size(); ++i) kf[i] = static_cast<float>((i * 104729) % 89) / 89.0f - 0.5f;
+  const size_t bytes = static_cast<size_t>(ggml_row_bytes(kv, static_cast<int64_t>(kf.size())));
+  const size_t copies = std::max<size_t>(2, (size_t{512} << 20) / (2 * bytes));
+  npullm::PageBuffer buf(2 * bytes * copies, true);
+  quantize_row(kv, kf.data(), buf.data(), static_cast<int64_t>(kf.size()));
+  for (size_t c = 1; c < 2 * copies; ++c) std::memcpy(buf.data() + c * bytes, buf.data(), bytes);
+  const int64_t nb = cpu::attention_key_blocks(nullptr, C, 0);
+  const int64_t parts = by_keys ? threads * 2 : 0;
+  size_t c = 0;
+  for (auto _ : st) {
+    const uint8_t* k = buf.data() + 2 * c * bytes;
+    if (by_keys) {
+      const cpu::AttentionQuery a{q.data(), k, kv, k + bytes, kv, nullptr, H, Hkv, hd, C, 0, 0.125f};
+      pool.run(parts, [&](int64_t item, int worker) {
+        const int64_t j = pool.in_step_range(item, parts);
+        cpu::attention_part(a, 0, runs, j * nb / parts, (j + 1) * nb / parts, work[static_cast<size_t>(worker)].data(), partials.data());
+      });
+      pool.run(runs, [&](int64_t item, int) { cpu::attention_merge(a, nb, item, item + 1, partials.data(), out.data()); });
+    } else {
+      const int64_t group = H / Hkv;
+      pool.run(Hkv, [&](int64_t g, int worker) {
+        cpu::attention(q.data(), k, kv, k + bytes, kv, nullptr, out.data(), H, Hkv, hd, C, 0, 0.125f, g * group, (g + 1) * group,
+                       work[static_cast<size_t>(worker)].data());
+      });
+    }
+    c = (c + 1) % copies;
+  }
+  benchmark::DoNotOptimize(out.data());
+  st.SetBytesProcessed(static_cast<int64_t>(2 * bytes) * st.iterations());
+}
+
+void BM_AttentionDecode(benchmark::State& st, int64_t C, bool cold, bool head_major, GgmlType kv) {
+  BM_AttentionDecodeShape(st, kTinyLlamaHeads, C, cold, head_major, kv);
 }
 
 }  // namespace
@@ -361,6 +415,17 @@ int main(int argc, char** argv) {
       ->Unit(benchmark::kMicrosecond);
   benchmark::RegisterBenchmark("AttentionDecodeColdHeadMajor/F16/1024", BM_AttentionDecode, 1024, true, true, GgmlType::F16)
       ->Unit(benchmark::kMicrosecond);
+  for (GgmlType kv : {GgmlType::F16, GgmlType::Q8_0}) {
+    const std::string type(ggml_type_name(kv));
+    benchmark::RegisterBenchmark(("AttentionDecodeCold/Qwen25/" + type + "/30000").c_str(), BM_AttentionDecodeShape, kQwen25Heads,
+                                 30000, true, false, kv)
+        ->Unit(benchmark::kMicrosecond);
+    for (bool by_keys : {false, true})
+      benchmark::RegisterBenchmark(("AttentionBy" + std::string(by_keys ? "Keys" : "Heads") + "/Qwen25/" + type + "/30000/2").c_str(),
+                                   BM_AttentionPool, kQwen25Heads, 30000, kv, 2, by_keys)
+          ->UseRealTime()
+          ->Unit(benchmark::kMicrosecond);
+  }
   for (int threads : {1, 2}) {
     benchmark::RegisterBenchmark(("Read/" + std::to_string(threads)).c_str(), BM_Read, threads)->UseRealTime();
     benchmark::RegisterBenchmark(("PoolStage/" + std::to_string(threads)).c_str(), BM_PoolStage, threads)

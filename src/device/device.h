@@ -45,6 +45,8 @@ class Device {
     // Times a device with several threads ran alone for a while because one of its threads was
     // held up (another process had the core; cpu::WorkerPool's busy-machine fallback).
     int64_t solo_periods = 0;
+    // Attention stages split over their keys across threads (a decode step over a long context).
+    int64_t split_attention_stages = 0;
     // Wall time of the stages, by the op code of each stage's first task (blob::OpCode; a fused
     // stage counts as its MatMul or ScatterRows): where a token's time goes.
     static constexpr int kOps = 24;

@@ -1050,6 +1050,62 @@ TEST_P(KernelIsa, AttentionSinksJoinTheSoftmaxOverEveryBlock) {
     }
 }
 
+// Decode attention split over its keys (cpu::attention_part over parts of its blocks, then
+// cpu::attention_merge), however its blocks are cut into parts, its runs of heads taken, and in
+// whatever order the parts run, gives each head the bits attention() gives it on one thread: every
+// K/V type pair, groups of 1 to 12 heads (12: runs of 8 and 4), every key visible, masks with
+// holes and a masked tail, the first 300 keys masked (blocks start at the first visible key), a
+// ring visited from row 48, and sinks.
+TEST_P(KernelIsa, AttentionSplitOverKeysGivesTheBitsOfOneThread) {
+  struct Shape { int64_t H, Hkv, hd, C; };
+  const Shape shapes[] = {{14, 2, 64, 1300}, {4, 4, 64, 700}, {12, 1, 32, 900}, {8, 1, 256, 600}, {10, 2, 96, 820}};
+  const std::vector<float> sinks = {-3.0f, 0.0f, 1.5f, 4.0f, -20.0f, 2.0f, 0.5f, 6.0f, 1.0f, -1.0f, 0.25f, 3.0f, 2.5f, -0.5f};
+  uint32_t seed = 88000;
+  for (const Shape& sh : shapes)
+    for (GgmlType kt : kKvTypesForRing)
+      for (GgmlType vt : kKvTypesForRing)
+        for (int variant = 0; variant < 5; ++variant) {
+          SCOPED_TRACE("H=" + std::to_string(sh.H) + " Hkv=" + std::to_string(sh.Hkv) + " hd=" + std::to_string(sh.hd) +
+                       " k=" + std::string(ggml_type_name(kt)) + " v=" + std::string(ggml_type_name(vt)) +
+                       " variant " + std::to_string(variant));
+          const int64_t H = sh.H, hd = sh.hd, C = sh.C;
+          AttnProblem p = make_attention(1, H, sh.Hkv, hd, C, kt, vt, seed += 3);
+          for (int64_t t = 0; t < C; ++t) {
+            float m = 0.0f;
+            if (variant == 1) m = t >= C - 100 || t % 13 == 5 ? -kInf : 0.0f;
+            if (variant == 2) m = t < 300 ? -kInf : 0.0f;
+            p.mask[static_cast<size_t>(t)] = m;
+          }
+          const int64_t rot = variant == 3 ? 48 : 0;
+          const float* sk = variant == 4 ? sinks.data() : nullptr;
+          const float scale = 0.125f;
+          std::vector<float> want(static_cast<size_t>(H * hd), -7.0f), work(static_cast<size_t>(attention_work_floats(C, hd)) + 1);
+          attention(p.q.data(), p.k.data(), kt, p.v.data(), vt, p.mask.data(), want.data(), H, sh.Hkv, hd, C, rot, scale, 0, H,
+                    work.data(), sk);
+          const AttentionQuery a{p.q.data(), p.k.data(), kt, p.v.data(), vt, p.mask.data(), H, sh.Hkv, hd, C, rot, scale};
+          const int64_t nb = attention_key_blocks(p.mask.data(), C, rot), runs = attention_runs(H, sh.Hkv);
+          ASSERT_GE(nb, 2);
+          std::vector<int64_t> each{0};
+          for (int64_t b = 1; b <= nb; ++b) each.push_back(b);
+          const std::vector<std::vector<int64_t>> cuts = {{0, nb}, {0, 1, nb}, each, {0, nb / 3, nb / 2, nb}};
+          for (const std::vector<int64_t>& cut : cuts)
+            for (bool run_by_run : {false, true}) {
+              std::vector<float> partials(static_cast<size_t>(runs * attention_partial_floats(C, hd)), std::nanf(""));
+              std::vector<float> got(want.size(), -7.0f);
+              for (size_t i = cut.size() - 1; i-- > 0;) {  // the last part first
+                if (!run_by_run) attention_part(a, 0, runs, cut[i], cut[i + 1], work.data(), partials.data());
+                for (int64_t r = 0; run_by_run && r < runs; ++r) attention_part(a, r, r + 1, cut[i], cut[i + 1], work.data(), partials.data());
+              }
+              if (run_by_run) {
+                for (int64_t r = runs; r-- > 0;) attention_merge(a, nb, r, r + 1, partials.data(), got.data(), sk);
+              } else {
+                attention_merge(a, nb, 0, runs, partials.data(), got.data(), sk);
+              }
+              for (size_t i = 0; i < want.size(); ++i) ASSERT_TRUE(same_bits(want[i], got[i])) << "element " << i << ", " << cut.size() - 1 << " parts";
+            }
+        }
+}
+
 // ---- K/V cache types (F32, F16, Q8_0) against F32 -------------------------------------------
 //
 // A value x stored in the cache comes back as x + e with, by the type's precision:

@@ -12,9 +12,11 @@
 
 #include "common/error.h"
 #include "common/trace.h"
+#include "device/cpu/attention_split.h"
 #include "device/cpu/kernels.h"
 #include "device/cpu/moe.h"
 #include "device/cpu/program_checks.h"
+#include "device/cpu/task_operands.h"
 #include "device/cpu/worker_pool.h"
 
 namespace npullm::cpu {
@@ -24,16 +26,13 @@ namespace {
 using blob::OpCode;
 using blob::TaskDesc;
 
-template <typename T>
-T* p(const TaskDesc& t, int slot) { return reinterpret_cast<T*>(t.ptr[slot]); }
-GgmlType ty(const TaskDesc& t, int slot) { return static_cast<GgmlType>(t.type[slot]); }
 
 // A MatMul's activations with its prologue applied, rows [m0, m1) of x' into out (rows of K, the
 // same indexing as x): the kernel and order of the op the compiler folded in, so the same bits.
 void matmul_prologue(const TaskDesc& t, float* out, int64_t m0, int64_t m1) {
   const int64_t K = t.dim[1];
-  const float* x = p<const float>(t, 0);
-  const float* aux = p<const float>(t, 5);
+  const float* x = operand<const float>(t, 0);
+  const float* aux = operand<const float>(t, 5);
   switch (prologue_of(t)) {
     case blob::Prologue::RmsNorm: rmsnorm_rows(x, aux, out, K, t.fparam[0], m0, m1); break;
     case blob::Prologue::SwiGlu: swiglu(x, aux, out, m0 * K, m1 * K); break;
@@ -53,7 +52,7 @@ constexpr int64_t kThreadPrologueRows = 4;
 // otherwise the task's own factors (ptr `slot`, or none) and scale.
 struct RopeFreqs { const float* factors; float scale; };
 RopeFreqs rope_freqs(const TaskDesc& t, int slot, int64_t n_rot, float* buf) {
-  const float* ff = p<const float>(t, slot);
+  const float* ff = operand<const float>(t, slot);
   const float ext = t.fparam[3], fs = t.fparam[1];
   if (ext == 0.0f) return {ff, fs};
   const float lo = static_cast<float>(t.iparam[2]), hi = static_cast<float>(t.iparam[3]);
@@ -70,16 +69,16 @@ RopeFreqs rope_freqs(const TaskDesc& t, int slot, int64_t n_rot, float* buf) {
 // normalised first by the RmsNorm kernel for Prologue::RmsNormRope.
 void scatter_rotated_rows(const TaskDesc& t, int64_t b, int64_t e, float* tmp) {
   const int64_t R = t.dim[1], C = t.dim[2], H = t.dim[3], hd = t.dim[4];
-  const int32_t* idx = p<const int32_t>(t, 1);
-  const int32_t* pos = p<const int32_t>(t, 3);
+  const int32_t* idx = operand<const int32_t>(t, 1);
+  const int32_t* pos = operand<const int32_t>(t, 3);
   const bool norm = prologue_of(t) == blob::Prologue::RmsNormRope;
   const RopeFreqs freqs = rope_freqs(t, 4, t.dim[5], tmp + R);  // (after the row: work holds R + n_rot / 2)
   for (int64_t s = b; s < e; ++s) {
     if (idx[s] < 0 || idx[s] >= C) continue;
-    std::copy_n(p<const float>(t, 0) + s * R, R, tmp);
-    if (norm) rmsnorm_rows(tmp, p<const float>(t, 5), tmp, hd, t.fparam[2], 0, H);
+    std::copy_n(operand<const float>(t, 0) + s * R, R, tmp);
+    if (norm) rmsnorm_rows(tmp, operand<const float>(t, 5), tmp, hd, t.fparam[2], 0, H);
     rope(tmp, pos + s, H, hd, t.dim[5], t.fparam[0], freqs.scale, freqs.factors, t.iparam[0], 0, H);
-    scatter_rows(tmp, idx + s, p<void>(t, 2), ty(t, 2), R, C, 0, 1);
+    scatter_rows(tmp, idx + s, operand<void>(t, 2), operand_type(t, 2), R, C, 0, 1);
   }
 }
 
@@ -134,17 +133,17 @@ class AlignedBytes {
 // the ring row its keys are visited from (a sliding-window layer's ring of K/V rows).
 void attention_windows(const TaskDesc& t, int64_t b, int64_t e, float* work) {
   const int64_t H = t.dim[1], Hkv = t.dim[2], hd = t.dim[3], C = t.dim[4], R = t.dim[5];
-  const float* q = p<const float>(t, 0);
-  const float* mask = p<const float>(t, 3);
-  float* out = p<float>(t, 4);
-  const int32_t* base = p<const int32_t>(t, 5);
+  const float* q = operand<const float>(t, 0);
+  const float* mask = operand<const float>(t, 3);
+  float* out = operand<float>(t, 4);
+  const int32_t* base = operand<const int32_t>(t, 5);
   const int64_t cols = t.iparam[0] == 2 ? 2 : 1;
   if (!base) {
-    attention(q, p<const void>(t, 1), ty(t, 1), p<const void>(t, 2), ty(t, 2), mask, out, H, Hkv, hd, C, 0, t.fparam[0], b, e, work,
-              p<const float>(t, 6));
+    attention(q, operand<const void>(t, 1), operand_type(t, 1), operand<const void>(t, 2), operand_type(t, 2), mask, out, H, Hkv, hd, C, 0, t.fparam[0], b, e, work,
+              operand<const float>(t, 6));
     return;
   }
-  const size_t k_row = ggml_row_bytes(ty(t, 1), Hkv * hd), v_row = ggml_row_bytes(ty(t, 2), Hkv * hd);
+  const size_t k_row = ggml_row_bytes(operand_type(t, 1), Hkv * hd), v_row = ggml_row_bytes(operand_type(t, 2), Hkv * hd);
   for (int64_t s = b / H; s * H < e; ++s) {
     const int64_t r0 = std::max(b, s * H) - s * H, r1 = std::min(e, (s + 1) * H) - s * H;
     const int64_t first = base[s * cols], start = cols == 2 ? base[s * cols + 1] : 0;
@@ -153,9 +152,9 @@ void attention_windows(const TaskDesc& t, int64_t b, int64_t e, float* work) {
       std::fill(o + r0 * hd, o + r1 * hd, 0.0f);
       continue;
     }
-    attention(q + s * H * hd, p<const uint8_t>(t, 1) + static_cast<size_t>(first) * k_row, ty(t, 1),
-              p<const uint8_t>(t, 2) + static_cast<size_t>(first) * v_row, ty(t, 2), mask ? mask + s * C : nullptr, o, H, Hkv,
-              hd, C, start, t.fparam[0], r0, r1, work, p<const float>(t, 6));
+    attention(q + s * H * hd, operand<const uint8_t>(t, 1) + static_cast<size_t>(first) * k_row, operand_type(t, 1),
+              operand<const uint8_t>(t, 2) + static_cast<size_t>(first) * v_row, operand_type(t, 2), mask ? mask + s * C : nullptr, o, H, Hkv,
+              hd, C, start, t.fparam[0], r0, r1, work, operand<const float>(t, 6));
   }
 }
 
@@ -163,60 +162,60 @@ void attention_windows(const TaskDesc& t, int64_t b, int64_t e, float* work) {
 void run_chunk(const TaskDesc& t, int64_t b, int64_t e, float* work, const float* x, const void* xq) {
   switch (static_cast<OpCode>(t.op)) {
     case OpCode::Embed:
-      embed_rows(ty(t, 0), p<const void>(t, 0), t.dim[2], t.dim[1], p<const int32_t>(t, 1), p<float>(t, 2), b, e,
+      embed_rows(operand_type(t, 0), operand<const void>(t, 0), t.dim[2], t.dim[1], operand<const int32_t>(t, 1), operand<float>(t, 2), b, e,
                  static_cast<WeightLayout>(t.iparam[0]));
       break;
     case OpCode::RmsNorm:
-      rmsnorm_rows(p<const float>(t, 0), p<const float>(t, 1), p<float>(t, 2), t.dim[1], t.fparam[0], b, e, p<const float>(t, 3));
+      rmsnorm_rows(operand<const float>(t, 0), operand<const float>(t, 1), operand<float>(t, 2), t.dim[1], t.fparam[0], b, e, operand<const float>(t, 3));
       break;
     case OpCode::MatMul:
-      matmul(x, t.dim[0], t.dim[1], p<const void>(t, 1), ty(t, 1), p<const float>(t, 3),
-             p<const float>(t, 4), p<float>(t, 2), t.dim[2], b, e, work, xq, static_cast<WeightLayout>(t.iparam[0]));
+      matmul(x, t.dim[0], t.dim[1], operand<const void>(t, 1), operand_type(t, 1), operand<const float>(t, 3),
+             operand<const float>(t, 4), operand<float>(t, 2), t.dim[2], b, e, work, xq, static_cast<WeightLayout>(t.iparam[0]));
       break;
-    case OpCode::Add: add(p<const float>(t, 0), p<const float>(t, 1), p<float>(t, 2), b, e); break;
-    case OpCode::SwiGlu: swiglu(p<const float>(t, 0), p<const float>(t, 1), p<float>(t, 2), b, e); break;
+    case OpCode::Add: add(operand<const float>(t, 0), operand<const float>(t, 1), operand<float>(t, 2), b, e); break;
+    case OpCode::SwiGlu: swiglu(operand<const float>(t, 0), operand<const float>(t, 1), operand<float>(t, 2), b, e); break;
     case OpCode::Rope:
       // (b, e: head rows; a folded per-head norm works on the same rows, in place)
       if (prologue_of(t) == blob::Prologue::RmsNorm)
-        rmsnorm_rows(p<const float>(t, 0), p<const float>(t, 3), p<float>(t, 0), t.dim[2], t.fparam[2], b, e);
+        rmsnorm_rows(operand<const float>(t, 0), operand<const float>(t, 3), operand<float>(t, 0), t.dim[2], t.fparam[2], b, e);
       {
         const RopeFreqs freqs = rope_freqs(t, 2, t.dim[3], work);
-        rope(p<void>(t, 0), ty(t, 0), p<const int32_t>(t, 1), t.dim[1], t.dim[2], t.dim[3], t.fparam[0], freqs.scale, freqs.factors,
+        rope(operand<void>(t, 0), operand_type(t, 0), operand<const int32_t>(t, 1), t.dim[1], t.dim[2], t.dim[3], t.fparam[0], freqs.scale, freqs.factors,
              t.iparam[0], b, e);
       }
       break;
     case OpCode::ScatterRows:
       if (has_prologue(t)) scatter_rotated_rows(t, b, e, work);
-      else scatter_rows(p<const float>(t, 0), p<const int32_t>(t, 1), p<void>(t, 2), ty(t, 2), t.dim[1], t.dim[2], b, e);
+      else scatter_rows(operand<const float>(t, 0), operand<const int32_t>(t, 1), operand<void>(t, 2), operand_type(t, 2), t.dim[1], t.dim[2], b, e);
       break;
     case OpCode::Attention:
       attention_windows(t, b, e, work);
       break;
     case OpCode::GatherRows:
-      gather_rows(p<const float>(t, 0), t.dim[2], t.dim[1], p<const int32_t>(t, 1), p<float>(t, 2), b, e);
+      gather_rows(operand<const float>(t, 0), t.dim[2], t.dim[1], operand<const int32_t>(t, 1), operand<float>(t, 2), b, e);
       break;
-    case OpCode::SliceCols: slice_cols(p<const float>(t, 0), t.dim[1], p<float>(t, 1), t.dim[2], t.dim[3], b, e); break;
-    case OpCode::Scale: scale(p<const float>(t, 0), t.fparam[0], p<float>(t, 1), b, e); break;
-    case OpCode::SoftCap: softcap(p<const float>(t, 0), t.fparam[0], p<float>(t, 1), b, e); break;
-    case OpCode::GeGlu: geglu(p<const float>(t, 0), p<const float>(t, 1), p<float>(t, 2), b, e); break;
+    case OpCode::SliceCols: slice_cols(operand<const float>(t, 0), t.dim[1], operand<float>(t, 1), t.dim[2], t.dim[3], b, e); break;
+    case OpCode::Scale: scale(operand<const float>(t, 0), t.fparam[0], operand<float>(t, 1), b, e); break;
+    case OpCode::SoftCap: softcap(operand<const float>(t, 0), t.fparam[0], operand<float>(t, 1), b, e); break;
+    case OpCode::GeGlu: geglu(operand<const float>(t, 0), operand<const float>(t, 1), operand<float>(t, 2), b, e); break;
     case OpCode::MoeRoute:
-      moe_route(p<const float>(t, 0), t.dim[0], t.dim[1], t.dim[2], static_cast<MoeGating>(t.iparam[0]), p<int32_t>(t, 1), work);
+      moe_route(operand<const float>(t, 0), t.dim[0], t.dim[1], t.dim[2], static_cast<MoeGating>(t.iparam[0]), operand<int32_t>(t, 1), work);
       break;
     case OpCode::MoeGather:
-      moe_gather(p<const float>(t, 0), t.dim[1], t.dim[2], moe_table(p<const int32_t>(t, 1), t.dim[0], t.dim[2], t.dim[3]),
-                 p<float>(t, 2), b, e);
+      moe_gather(operand<const float>(t, 0), t.dim[1], t.dim[2], moe_table(operand<const int32_t>(t, 1), t.dim[0], t.dim[2], t.dim[3]),
+                 operand<float>(t, 2), b, e);
       break;
     case OpCode::MoeMatMul:
-      moe_matmul(p<const float>(t, 0), t.dim[1], p<const void>(t, 1), ty(t, 1), static_cast<WeightLayout>(t.iparam[0]),
-                 p<const float>(t, 4), moe_table(p<const int32_t>(t, 3), t.dim[0], t.dim[3], t.dim[4]), t.dim[4], p<float>(t, 2),
+      moe_matmul(operand<const float>(t, 0), t.dim[1], operand<const void>(t, 1), operand_type(t, 1), static_cast<WeightLayout>(t.iparam[0]),
+                 operand<const float>(t, 4), moe_table(operand<const int32_t>(t, 3), t.dim[0], t.dim[3], t.dim[4]), t.dim[4], operand<float>(t, 2),
                  t.dim[2], b, e, work);
       break;
     case OpCode::MoeSum:
-      moe_sum(p<const float>(t, 0), moe_table(p<const int32_t>(t, 1), t.dim[0], t.dim[2], t.dim[3]), t.dim[1], t.dim[2],
-              p<const float>(t, 3), p<float>(t, 2), b, e);
+      moe_sum(operand<const float>(t, 0), moe_table(operand<const int32_t>(t, 1), t.dim[0], t.dim[2], t.dim[3]), t.dim[1], t.dim[2],
+              operand<const float>(t, 3), operand<float>(t, 2), b, e);
       break;
     case OpCode::SwiGluOai:
-      swiglu_oai(p<const float>(t, 0), p<const float>(t, 1), p<float>(t, 2), t.fparam[0], t.fparam[1], b, e);
+      swiglu_oai(operand<const float>(t, 0), operand<const float>(t, 1), operand<float>(t, 2), t.fparam[0], t.fparam[1], b, e);
       break;
   }
 }
@@ -254,6 +253,9 @@ class CpuDevice final : public device::Device {
     const int64_t need = checked_scratch_floats(prog);  // throws, naming the task, before anything is allocated
     for (std::vector<float>& w : work_)
       if (static_cast<int64_t>(w.size()) < need) w.resize(static_cast<size_t>(need));
+    int64_t partials = 0;
+    for (size_t i = 0; i < prog.n_tasks; ++i) partials = std::max(partials, AttentionSplit::partial_floats(prog.tasks[i]));
+    attn_split_.reserve(partials);
   }
 
   void execute(const device::Program& prog) override {
@@ -295,7 +297,7 @@ class CpuDevice final : public device::Device {
       const TaskDesc& t = tasks[i];
       if (t.op != static_cast<uint32_t>(OpCode::MatMul)) continue;
       if (!has_prologue(t)) {
-        x_[i] = p<const float>(t, 0);
+        x_[i] = operand<const float>(t, 0);
         continue;
       }
       if (t.dim[0] <= kThreadPrologueRows) continue;
@@ -348,7 +350,7 @@ class CpuDevice final : public device::Device {
   // type (q, k and v; gate and up), instead of once per chunk: the same bytes the kernel would
   // make itself, so the same bits. Null for weight types that take x as floats.
   const void* own_quantized(const TaskDesc& t, const float* x, size_t worker) {
-    const GgmlType wt = ty(t, 1);
+    const GgmlType wt = operand_type(t, 1);
     const int64_t M = t.dim[0], K = t.dim[1];
     const int64_t bytes = prequantized_x_bytes(wt, M, K);
     if (bytes == 0) return nullptr;
@@ -379,13 +381,13 @@ class CpuDevice final : public device::Device {
       const TaskDesc& t = tasks[i];
       // (a decode-sized MatMul's x is quantised by each thread for itself: own_quantized)
       if (t.op != static_cast<uint32_t>(OpCode::MatMul) || !x_[i] || t.dim[0] <= kThreadPrologueRows) continue;
-      const int64_t need = prequantized_x_bytes(ty(t, 1), t.dim[0], t.dim[1]);
+      const int64_t need = prequantized_x_bytes(operand_type(t, 1), t.dim[0], t.dim[1]);
       if (need == 0) continue;
       auto same = std::find_if(pre_.begin(), pre_.end(), [&](const PreQ& q) {
-        return q.x == x_[i] && q.wt == ty(t, 1) && q.M == t.dim[0] && q.K == t.dim[1];
+        return q.x == x_[i] && q.wt == operand_type(t, 1) && q.M == t.dim[0] && q.K == t.dim[1];
       });
       if (same == pre_.end()) {
-        pre_.emplace_back(x_[i], ty(t, 1), t.dim[0], t.dim[1], bytes, i);
+        pre_.emplace_back(x_[i], operand_type(t, 1), t.dim[0], t.dim[1], bytes, i);
         bytes += static_cast<size_t>(need + 63) / 64 * 64;
       } else {
         same->tasks.push_back(i);
@@ -426,6 +428,28 @@ class CpuDevice final : public device::Device {
     // A stage the caller runs alone takes each task in one piece: cutting it would only repeat
     // each kernel's set-up (the activations' quantisation, ...) for nothing.
     const bool parallel = work >= kParallelWork && pool_.threads() > 1;
+    if (parallel && n == 1 && attn_split_.plan(tasks[0], pool_.threads())) {
+      run_split_attention(tasks[0], tracing);
+      counters_.split_attention_stages++;
+    } else {
+      run_chunks(tasks, n, parallel, tracing);
+    }
+    const int64_t trace_ran = tracing ? trace::now_ns() : 0;
+    count_experts(tasks, n);
+    if (tap_)
+      for (size_t i = 0; i < n; ++i)
+        if (tasks[i].op == tap_op_) tap_(tasks[i]);
+    counters_.stages++;
+    counters_.parallel_stages += parallel;
+    const int64_t ns = std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::steady_clock::now() - t0).count();
+    if (n > 0 && tasks[0].op < Counters::kOps) counters_.stage_ns[tasks[0].op] += ns;
+    std::string kind;
+    if (n > 0 && tasks[0].op == static_cast<uint32_t>(OpCode::MatMul)) count_matmul_kind(tasks, n, ns, tracing ? &kind : nullptr);
+    if (tracing && n > 0) trace_stage(tasks, n, stage, parallel, kind, trace_t0, trace_prepared, trace_ran);
+  }
+
+  // The tasks of a stage cut into chunks (split_of), all chunks numbered 0..n-1 for the pool.
+  void run_chunks(const TaskDesc* tasks, size_t n, bool parallel, bool tracing) {
     chunk_start_.assign(n + 1, 0);
     chunk_count_.resize(n);
     for (size_t i = 0; i < n; ++i) {
@@ -451,28 +475,29 @@ class CpuDevice final : public device::Device {
       }
       const int64_t c0 = tracing ? trace::now_ns() : 0;
       run_chunk(tasks[i], b, e, work_[static_cast<size_t>(worker)].data(), x, xq);
-      if (tracing) {  // (each worker writes its own entries only)
-        const size_t w = static_cast<size_t>(worker);
-        if (trace_first_[w] < 0) {
-          trace_first_[w] = c0;
-          trace_tid_[w] = trace::thread_id();
-        }
-        trace_last_[w] = trace::now_ns();
-        trace_chunks_[w]++;
-      }
+      if (tracing) trace_chunk(worker, c0);
     }, parallel);
-    const int64_t trace_ran = tracing ? trace::now_ns() : 0;
-    count_experts(tasks, n);
-    if (tap_)
-      for (size_t i = 0; i < n; ++i)
-        if (tasks[i].op == tap_op_) tap_(tasks[i]);
-    counters_.stages++;
-    counters_.parallel_stages += parallel;
-    const int64_t ns = std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::steady_clock::now() - t0).count();
-    if (n > 0 && tasks[0].op < Counters::kOps) counters_.stage_ns[tasks[0].op] += ns;
-    std::string kind;
-    if (n > 0 && tasks[0].op == static_cast<uint32_t>(OpCode::MatMul)) count_matmul_kind(tasks, n, ns, tracing ? &kind : nullptr);
-    if (tracing && n > 0) trace_stage(tasks, n, stage, parallel, kind, trace_t0, trace_prepared, trace_ran);
+  }
+
+  // An Attention split over its keys (attention_split.h): its parts, then its merges.
+  void run_split_attention(const TaskDesc& t, bool tracing) {
+    const int64_t parts = attn_split_.parts();
+    pool_.run(parts, [&](int64_t item, int worker) {
+      const int64_t c0 = tracing ? trace::now_ns() : 0;
+      attn_split_.run_part(t, pool_.in_step_range(item, parts), work_[static_cast<size_t>(worker)].data());
+      if (tracing) trace_chunk(worker, c0);
+    });
+    pool_.run(attn_split_.merges(), [&](int64_t item, int) { attn_split_.run_merge(t, item); });
+  }
+
+  void trace_chunk(int worker, int64_t c0) {  // (each worker writes its own entries only)
+    const size_t w = static_cast<size_t>(worker);
+    if (trace_first_[w] < 0) {
+      trace_first_[w] = c0;
+      trace_tid_[w] = trace::thread_id();
+    }
+    trace_last_[w] = trace::now_ns();
+    trace_chunks_[w]++;
   }
 
   // A traced stage (common/trace.h), kept until the program has run (execute): the stage on this
@@ -505,11 +530,11 @@ class CpuDevice final : public device::Device {
     for (size_t i = 0; i < n; ++i) {
       const TaskDesc& t = tasks[i];
       if (t.op != static_cast<uint32_t>(OpCode::MoeMatMul)) continue;
-      const MoeTable table = moe_table(p<const int32_t>(t, 3), t.dim[0], t.dim[3], t.dim[4]);
+      const MoeTable table = moe_table(operand<const int32_t>(t, 3), t.dim[0], t.dim[3], t.dim[4]);
       int64_t slabs = 0;
       for (int64_t e = 0; e < t.dim[4]; ++e) slabs += table.first[e + 1] > table.first[e];
       counters_.expert_slabs += slabs;
-      counters_.expert_bytes += slabs * static_cast<int64_t>(moe_slab_bytes(ty(t, 1), static_cast<WeightLayout>(t.iparam[0]), t.dim[2], t.dim[1]));
+      counters_.expert_bytes += slabs * static_cast<int64_t>(moe_slab_bytes(operand_type(t, 1), static_cast<WeightLayout>(t.iparam[0]), t.dim[2], t.dim[1]));
     }
   }
 
@@ -533,7 +558,7 @@ class CpuDevice final : public device::Device {
           label += blob::op_name(tasks[i].op);
           continue;
         }
-        const GgmlType wt = ty(tasks[i], 1);
+        const GgmlType wt = operand_type(tasks[i], 1);
         label += fmt::format("{} {}x{}", ggml_type_name(wt), tasks[i].dim[1], tasks[i].dim[2]);
         bytes += static_cast<int64_t>(ggml_row_bytes(wt, tasks[i].dim[1])) * tasks[i].dim[2];
       }
@@ -600,6 +625,7 @@ class CpuDevice final : public device::Device {
   std::vector<const void*> xq_;
   AlignedBytes xq_buf_;
   std::vector<int64_t> chunk_start_, chunk_count_;
+  AttentionSplit attn_split_;
   // A traced stage's chunks per worker: first start, last end (now_ns), count, and trace thread id.
   std::vector<int64_t> trace_first_, trace_last_, trace_chunks_;
   std::vector<uint32_t> trace_tid_;

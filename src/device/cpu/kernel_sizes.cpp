@@ -25,6 +25,9 @@ int64_t matmul_work_floats(int64_t K) {
 }
 
 int64_t attention_work_floats(int64_t C, int64_t hd) { return detail::attn_work_floats_for(C, hd); }
+int64_t attention_runs(int64_t H, int64_t Hkv) { return Hkv * detail::attn_runs_per_group(H / Hkv); }
+int64_t attention_partial_floats(int64_t C, int64_t hd) { return detail::attn_partial_floats(C, hd); }
+int64_t attention_key_blocks(const float* mrow, int64_t C, int64_t rot) { return detail::attn_span(mrow, C, rot).blocks; }
 
 bool matmul_reads_panels16(GgmlType wt, int64_t K) {
   return detail::int8_supported(wt) && panels16_possible(wt, K);

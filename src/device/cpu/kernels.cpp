@@ -227,6 +227,14 @@ void scalar_attention(const float* q, const void* k, GgmlType k_type, const void
                       int64_t rot, float scale, int64_t r0, int64_t r1, float* work, const float* sinks) {
   attention_impl<ScalarOps>(q, k, k_type, v, v_type, mask, out, H, Hkv, hd, C, rot, scale, r0, r1, work, sinks);
 }
+void scalar_attention_part(const AttentionQuery& a, int64_t run0, int64_t run1, int64_t b0, int64_t b1, float* work,
+                    float* partials) {
+  attention_part_impl<ScalarOps>(a, run0, run1, b0, b1, work, partials);
+}
+void scalar_attention_merge(const AttentionQuery& a, int64_t nb, int64_t run0, int64_t run1, float* partials, float* out,
+                     const float* sinks) {
+  attention_merge_impl<ScalarOps>(a, nb, run0, run1, partials, out, sinks);
+}
 void scalar_swiglu(const float* gate, const float* up, float* out, int64_t i0, int64_t i1) {
   swiglu_impl<ScalarOps>(gate, up, out, i0, i1);
 }
@@ -238,7 +246,7 @@ void scalar_to_f16(const float* src, uint8_t* dst, int64_t n) {
   }
 }
 
-constexpr IsaKernels kScalar{"scalar", scalar_matmul, scalar_quantize_x, scalar_attention, scalar_swiglu, scalar_to_f16};
+constexpr IsaKernels kScalar{"scalar", scalar_matmul, scalar_quantize_x, scalar_attention, scalar_attention_part, scalar_attention_merge, scalar_swiglu, scalar_to_f16};
 
 }  // namespace
 
@@ -655,6 +663,17 @@ void geglu(const float* gate, const float* up, float* out, int64_t i0, int64_t i
     const float z = gate[i];
     out[i] = 0.5f * z * (1.0f + std::tanh(kSqrt2OverPi * (z + 0.044715f * z * z * z))) * up[i];
   }
+}
+
+void attention_part(const AttentionQuery& a, int64_t run0, int64_t run1, int64_t b0, int64_t b1, float* work,
+                    float* partials) {
+  if (run0 >= run1 || b0 >= b1) return;
+  active().attention_part(a, run0, run1, b0, b1, work, partials);
+}
+void attention_merge(const AttentionQuery& a, int64_t nb, int64_t run0, int64_t run1, float* partials, float* out,
+                     const float* sinks) {
+  if (run0 >= run1) return;
+  active().attention_merge(a, nb, run0, run1, partials, out, sinks);
 }
 
 void swiglu(const float* gate, const float* up, float* out, int64_t i0, int64_t i1) {

@@ -111,6 +111,37 @@ void attention(const float* q, const void* k, GgmlType k_type, const void* v, Gg
                const float* mask, float* out, int64_t H, int64_t Hkv, int64_t hd, int64_t C,
                int64_t rot, float scale, int64_t r0, int64_t r1, float* work, const float* sinks = nullptr);
 
+// ---- one query's attention split over its keys (issue 48) ----------------------------------------
+// attention() for one query row s, cut into pieces that threads can share when a long context's
+// keys outweigh its heads (decode): the keys are taken in blocks of 256, and each block gives each
+// head a partial softmax state (its largest score, the sum of its e^x and its weighted values)
+// which attention_merge combines in block order. attention() computes the same blocks and the same
+// merge on one thread, so the bits do not depend on how the blocks were shared out.
+struct AttentionQuery {
+  const float* q;  // the query's heads, [H, hd]
+  const void* k;   // its K/V rows, [C, Hkv, hd] (as attention())
+  GgmlType k_type;
+  const void* v;
+  GgmlType v_type;
+  const float* mrow;  // its mask row [C], or null
+  int64_t H, Hkv, hd, C, rot;
+  float scale;
+};
+// Runs of heads a query's attention is cut into (a K/V head's heads, up to 8 at a time).
+int64_t attention_runs(int64_t H, int64_t Hkv);
+// Floats of partial state one run needs; a query's runs lie one after another at this stride.
+int64_t attention_partial_floats(int64_t C, int64_t hd);
+// Blocks of keys the query visits (its visible keys, mrow as attention()'s mask row).
+int64_t attention_key_blocks(const float* mrow, int64_t C, int64_t rot);
+// Blocks [b0, b1) of runs [run0, run1) into partials (run 0's state first); work: the thread's
+// attention_work_floats(C, hd) floats.
+void attention_part(const AttentionQuery& a, int64_t run0, int64_t run1, int64_t b0, int64_t b1, float* work,
+                    float* partials);
+// The heads of runs [run0, run1) into out ([H, hd]) from the nb blocks' partial states (which it
+// overwrites); sinks as attention()'s.
+void attention_merge(const AttentionQuery& a, int64_t nb, int64_t run0, int64_t run1, float* partials, float* out,
+                     const float* sinks = nullptr);
+
 // How matmul treats the activations for weights of type wt (see matmul).
 enum class MatmulActivations { F32, Q8_0, Q8_K };
 MatmulActivations matmul_activations(GgmlType wt);

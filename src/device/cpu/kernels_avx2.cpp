@@ -311,6 +311,14 @@ void avx2_attention(const float* q, const void* k, GgmlType k_type, const void* 
                     int64_t rot, float scale, int64_t r0, int64_t r1, float* work, const float* sinks) {
   attention_impl<Avx2Ops>(q, k, k_type, v, v_type, mask, out, H, Hkv, hd, C, rot, scale, r0, r1, work, sinks);
 }
+void avx2_attention_part(const AttentionQuery& a, int64_t run0, int64_t run1, int64_t b0, int64_t b1, float* work,
+                    float* partials) {
+  attention_part_impl<Avx2Ops>(a, run0, run1, b0, b1, work, partials);
+}
+void avx2_attention_merge(const AttentionQuery& a, int64_t nb, int64_t run0, int64_t run1, float* partials, float* out,
+                     const float* sinks) {
+  attention_merge_impl<Avx2Ops>(a, nb, run0, run1, partials, out, sinks);
+}
 void avx2_swiglu(const float* gate, const float* up, float* out, int64_t i0, int64_t i1) {
   swiglu_impl<Avx2Ops>(gate, up, out, i0, i1);
 }
@@ -326,7 +334,7 @@ void avx2_to_f16(const float* src, uint8_t* dst, int64_t n) {
   }
 }
 
-constexpr IsaKernels kAvx2{"avx2", avx2_matmul, avx2_quantize_x, avx2_attention, avx2_swiglu, avx2_to_f16};
+constexpr IsaKernels kAvx2{"avx2", avx2_matmul, avx2_quantize_x, avx2_attention, avx2_attention_part, avx2_attention_merge, avx2_swiglu, avx2_to_f16};
 
 }  // namespace
 

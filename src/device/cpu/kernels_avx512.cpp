@@ -104,11 +104,11 @@ struct Avx512Ops {
   // Decode attention of a group of heads over K/V both of type T, F16 or Q8_0 (false: not a type
   // or shape it handles).
   template <GgmlType T>
-  static bool attention_group(const float* q, const uint8_t* k, const uint8_t* v, const float* mrow, float* out,
-                              int64_t n, int64_t Hkv, int64_t g, int64_t hd, int64_t C, int64_t rot, float scale,
-                              float* work, const float* sinks) {
+  static bool attention_group(const float* q, const uint8_t* k, const uint8_t* v, const float* mrow, int64_t n,
+                              int64_t Hkv, int64_t g, int64_t hd, int64_t C, int64_t rot, float scale, const AttnSpan& sp,
+                              int64_t b0, int64_t b1, const AttnWork& w) {
     if constexpr (T == GgmlType::F16 || T == GgmlType::Q8_0)
-      return attention_group_dispatch<Avx512Ops, T>(q, k, v, mrow, out, n, Hkv, g, hd, C, rot, scale, work, sinks);
+      return attention_group_dispatch<Avx512Ops, T>(q, k, v, mrow, n, Hkv, g, hd, C, rot, scale, sp, b0, b1, w);
     else
       return false;
   }
@@ -143,6 +143,14 @@ void avx512_attention(const float* q, const void* k, GgmlType k_type, const void
                       int64_t rot, float scale, int64_t r0, int64_t r1, float* work, const float* sinks) {
   attention_impl<Avx512Ops>(q, k, k_type, v, v_type, mask, out, H, Hkv, hd, C, rot, scale, r0, r1, work, sinks);
 }
+void avx512_attention_part(const AttentionQuery& a, int64_t run0, int64_t run1, int64_t b0, int64_t b1, float* work,
+                    float* partials) {
+  attention_part_impl<Avx512Ops>(a, run0, run1, b0, b1, work, partials);
+}
+void avx512_attention_merge(const AttentionQuery& a, int64_t nb, int64_t run0, int64_t run1, float* partials, float* out,
+                     const float* sinks) {
+  attention_merge_impl<Avx512Ops>(a, nb, run0, run1, partials, out, sinks);
+}
 void avx512_swiglu(const float* gate, const float* up, float* out, int64_t i0, int64_t i1) {
   swiglu_impl<Avx512Ops>(gate, up, out, i0, i1);
 }
@@ -159,7 +167,7 @@ void avx512_to_f16(const float* src, uint8_t* dst, int64_t n) {
   }
 }
 
-constexpr IsaKernels kAvx512{"avx512", avx512_matmul, avx512_quantize_x, avx512_attention, avx512_swiglu, avx512_to_f16};
+constexpr IsaKernels kAvx512{"avx512", avx512_matmul, avx512_quantize_x, avx512_attention, avx512_attention_part, avx512_attention_merge, avx512_swiglu, avx512_to_f16};
 
 }  // namespace
 

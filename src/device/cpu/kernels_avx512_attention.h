@@ -231,12 +231,12 @@ inline void attn_value_passes(const uint8_t* vg, int64_t stride, int64_t C, int6
   else if constexpr (J0 + NH < N) attn_value_passes<Head, N, NV, J0 + NH, 0>(vg, stride, C, Ce, tb, te, rot, scores, inv, live, out);
 }
 
-// Group g's N heads: q and out are [N, HD], mrow the query's mask row (or null), work as AttnWork.
-// Block by block (kernels_impl.h: the blocks, their partial states and the merge, as
-// attention_one_row computes them).
+// Group g's N heads (q: [N, HD], mrow the query's mask row or null): the partial states of blocks
+// [b0, b1) of sp into w (kernels_impl.h: the blocks, their partial states and the merge, as
+// attn_head_blocks computes them).
 template <class Ops, GgmlType T, int N, int NV>
-void attention_group(const float* q, const uint8_t* k, const uint8_t* v, const float* mrow, float* out,
-                     int64_t Hkv, int64_t g, int64_t C, int64_t rot, float scale, float* work, const float* sinks) {
+void attention_group(const float* q, const uint8_t* k, const uint8_t* v, const float* mrow, int64_t Hkv, int64_t g,
+                     int64_t C, int64_t rot, float scale, const AttnSpan& sp, int64_t b0, int64_t b1, const AttnWork& w) {
   using Head = AttnHead<Ops, T, NV>;
   constexpr int64_t head = Head::bytes;  // bytes of one head in a K/V row
   constexpr int64_t KB = kAttnBlock;
@@ -246,30 +246,16 @@ void attention_group(const float* q, const uint8_t* k, const uint8_t* v, const f
   const uint8_t* kg = k + g * head;
   const uint8_t* vg = v + g * head;
   const __m512 neg_inf = _mm512_set1_ps(kNegInf), scale_v = _mm512_set1_ps(scale);
-  const AttnWork w = attn_work(work, C);
   float* scores = w.scores;  // the block's: head j's key t at j * KB + t - tb
-
-  // Keys past the last one the mask lets through are not visited: a generate variant larger than
-  // the context (a short chat in a large capacity) otherwise walked every masked tile, stored its
-  // scores, took their e^x and tested each key's weights (TinyLlama at depth 32 with C = 1,152: 0.6
-  // ms a token). Their weights are exactly 0 (a masked key's score is -inf, never computed), so the
-  // sums and the bits are the same, and a block with no key before Ce has no visible key (merged as
-  // nothing). Only without a ring (rot 0), where key order is row order.
-  int64_t Ce = C;
-  if (mrow && rot == 0) {
-    while (Ce >= kAttnTile && _mm512_cmp_ps_mask(_mm512_loadu_ps(mrow + Ce - kAttnTile), neg_inf, _CMP_EQ_OQ) == 0xFFFF)
-      Ce -= kAttnTile;
-    while (Ce > 0 && mrow[Ce - 1] == kNegInf) --Ce;
-  }
-  const int64_t first = attn_first_block_key(mrow, Ce, rot);
-  const int64_t nb = attn_blocks(Ce - first);
+  const int64_t Ce = sp.end;
+  if (b0 >= b1) return;
 
   // The first K rows; later blocks' first rows are fetched by the pass before them, which fetches
   // ahead across the block's end (as far as Ce).
-  attn_fetch_start<Head>(kg, stride, C, first, Ce, rot);
+  attn_fetch_start<Head>(kg, stride, C, sp.first + b0 * KB, Ce, rot);
   alignas(64) float lvl1[N][kAttnTile / 2][16];
-  for (int64_t b = 0; b < nb; ++b) {
-    const int64_t tb = first + b * KB, te = tb + KB < Ce ? tb + KB : Ce;
+  for (int64_t b = b0; b < b1; ++b) {
+    const int64_t tb = sp.first + b * KB, te = tb + KB < Ce ? tb + KB : Ce;
     __m512 mx[N];
 #pragma GCC unroll 16
     for (int j = 0; j < N; ++j) mx[j] = neg_inf;
@@ -329,7 +315,7 @@ void attention_group(const float* q, const uint8_t* k, const uint8_t* v, const f
 
     // The value pass's first rows come in while the weights' e^x are taken (later blocks': fetched
     // by the pass before).
-    if (b == 0) attn_fetch_start<Head>(vg, stride, C, first, Ce, rot);
+    if (b == b0) attn_fetch_start<Head>(vg, stride, C, tb, Ce, rot);
     float inv[N];
     bool live[N];
     bool any_live = false;
@@ -346,25 +332,23 @@ void attention_group(const float* q, const uint8_t* k, const uint8_t* v, const f
     }
     if (any_live) attn_value_passes<Head, N, NV, 0, 0>(vg, stride, C, Ce, tb, te, rot, scores, inv, live, w.o + b * G * 16 * NV);
   }
-#pragma GCC unroll 1
-  for (int j = 0; j < N; ++j) attn_merge<Ops>(w, nb, j, 16 * NV, sinks ? sinks + j : nullptr, out + j * 16 * NV);
 }
 
-// attention_heads' hook (kernels_impl.h): the group when K and V are both T (F16 or Q8_0) and HD
+// attn_heads_blocks' hook (kernels_impl.h): the group when K and V are both T (F16 or Q8_0) and HD
 // one of the common sizes.
 template <class Ops, GgmlType T>
-bool attention_group_dispatch(const float* q, const uint8_t* k, const uint8_t* v, const float* mrow, float* out,
-                              int64_t n, int64_t Hkv, int64_t g, int64_t hd, int64_t C, int64_t rot, float scale,
-                              float* work, const float* sinks) {
+bool attention_group_dispatch(const float* q, const uint8_t* k, const uint8_t* v, const float* mrow, int64_t n, int64_t Hkv,
+                              int64_t g, int64_t hd, int64_t C, int64_t rot, float scale, const AttnSpan& sp, int64_t b0,
+                              int64_t b1, const AttnWork& w) {
   auto run = [&]<int NV>() {
     switch (n) {
-      case 2: attention_group<Ops, T, 2, NV>(q, k, v, mrow, out, Hkv, g, C, rot, scale, work, sinks); return true;
-      case 3: attention_group<Ops, T, 3, NV>(q, k, v, mrow, out, Hkv, g, C, rot, scale, work, sinks); return true;
-      case 4: attention_group<Ops, T, 4, NV>(q, k, v, mrow, out, Hkv, g, C, rot, scale, work, sinks); return true;
-      case 5: attention_group<Ops, T, 5, NV>(q, k, v, mrow, out, Hkv, g, C, rot, scale, work, sinks); return true;
-      case 6: attention_group<Ops, T, 6, NV>(q, k, v, mrow, out, Hkv, g, C, rot, scale, work, sinks); return true;
-      case 7: attention_group<Ops, T, 7, NV>(q, k, v, mrow, out, Hkv, g, C, rot, scale, work, sinks); return true;
-      case 8: attention_group<Ops, T, 8, NV>(q, k, v, mrow, out, Hkv, g, C, rot, scale, work, sinks); return true;
+      case 2: attention_group<Ops, T, 2, NV>(q, k, v, mrow, Hkv, g, C, rot, scale, sp, b0, b1, w); return true;
+      case 3: attention_group<Ops, T, 3, NV>(q, k, v, mrow, Hkv, g, C, rot, scale, sp, b0, b1, w); return true;
+      case 4: attention_group<Ops, T, 4, NV>(q, k, v, mrow, Hkv, g, C, rot, scale, sp, b0, b1, w); return true;
+      case 5: attention_group<Ops, T, 5, NV>(q, k, v, mrow, Hkv, g, C, rot, scale, sp, b0, b1, w); return true;
+      case 6: attention_group<Ops, T, 6, NV>(q, k, v, mrow, Hkv, g, C, rot, scale, sp, b0, b1, w); return true;
+      case 7: attention_group<Ops, T, 7, NV>(q, k, v, mrow, Hkv, g, C, rot, scale, sp, b0, b1, w); return true;
+      case 8: attention_group<Ops, T, 8, NV>(q, k, v, mrow, Hkv, g, C, rot, scale, sp, b0, b1, w); return true;
       default: return false;
     }
   };

@@ -33,6 +33,7 @@
 #include <cstddef>
 #include <cstdint>
 
+#include "device/cpu/kernels.h"
 #include "formats/ggml_types.h"
 
 namespace npullm::cpu::detail {
@@ -53,6 +54,11 @@ struct IsaKernels {
   void (*attention)(const float* q, const void* k, GgmlType k_type, const void* v, GgmlType v_type,
                     const float* mask, float* out, int64_t H, int64_t Hkv, int64_t hd, int64_t C,
                     int64_t rot, float scale, int64_t r0, int64_t r1, float* work, const float* sinks);
+  // As cpu::attention_part and cpu::attention_merge.
+  void (*attention_part)(const AttentionQuery& a, int64_t run0, int64_t run1, int64_t b0, int64_t b1, float* work,
+                         float* partials);
+  void (*attention_merge)(const AttentionQuery& a, int64_t nb, int64_t run0, int64_t run1, float* partials, float* out,
+                          const float* sinks);
   void (*swiglu)(const float* gate, const float* up, float* out, int64_t i0, int64_t i1);
   // dst[i] = fp32_to_fp16(src[i]) for i < n: the K/V scatter's conversion (F16C where the ISA has
   // it: round to nearest even, NaNs kept quiet with their top payload bits, the same bits).
@@ -418,24 +424,57 @@ inline int64_t attn_first_block_key(const float* mrow, int64_t C, int64_t rot) {
 }
 
 // An attention's work buffer: one block's scores for up to kGroupHeads heads, then each (block,
-// head)'s partial state.
+// head)'s partial state. Split over its keys (cpu::attention_part), a run of heads keeps its
+// partial states in a region of its own (attn_partials) that every thread writes its blocks to,
+// and the scores in the thread's own work buffer.
 struct AttnWork {
   float* scores;  // [kGroupHeads][kAttnBlock]
   float* m;       // [blocks][kGroupHeads]: m_b
   float* l;       // [blocks][kGroupHeads]: l_b (attn_merge overwrites it with s_b / L)
   float* o;       // [blocks][kGroupHeads][hd]: o_b
 };
+inline int64_t attn_partial_floats(int64_t C, int64_t hd) { return attn_blocks(C) * kGroupHeads * (hd + 2); }
 inline int64_t attn_work_floats_for(int64_t C, int64_t hd) {
-  return C > 0 ? kGroupHeads * kAttnBlock + attn_blocks(C) * kGroupHeads * (hd + 2) : 0;
+  return C > 0 ? kGroupHeads * kAttnBlock + attn_partial_floats(C, hd) : 0;
 }
-inline AttnWork attn_work(float* work, int64_t C) {
+// scores: the thread's kGroupHeads * kAttnBlock floats; partials: attn_partial_floats(C, hd).
+inline AttnWork attn_partials(float* scores, float* partials, int64_t C) {
   const int64_t nb = attn_blocks(C);
   AttnWork w;
-  w.scores = work;
-  w.m = work + kGroupHeads * kAttnBlock;
+  w.scores = scores;
+  w.m = partials;
   w.l = w.m + nb * kGroupHeads;
   w.o = w.l + nb * kGroupHeads;
   return w;
+}
+inline AttnWork attn_work(float* work, int64_t C) { return attn_partials(work, work + kGroupHeads * kAttnBlock, C); }
+
+// The keys one query row visits: blocks of kAttnBlock from `first` (attn_first_block_key), keys
+// before `end` only. Without a ring (rot 0), end is past the last key the mask lets through: a
+// generate variant larger than the context (a short chat in a large capacity) otherwise walked
+// every masked tile, stored its scores, took their e^x and tested each key's weights (TinyLlama at
+// depth 32 with C = 1,152: 0.6 ms a token). Their weights are exactly 0 (a masked key's score is
+// -inf, never computed), so the sums and the bits are the same, and a block with no key before
+// end has no visible key (merged as nothing). With a ring, key order is not row order: end is C.
+struct AttnSpan {
+  int64_t first;
+  int64_t end;
+  int64_t blocks;
+};
+inline AttnSpan attn_span(const float* mrow, int64_t C, int64_t rot) {
+  constexpr float kNegInf = -__builtin_inff();
+  int64_t end = C;
+  if (mrow && rot == 0) {
+    while (end >= 16) {  // 16 at a time (a vector compare), then one by one
+      int masked = 0;
+      for (int i = 1; i <= 16; ++i) masked += mrow[end - i] == kNegInf;
+      if (masked < 16) break;
+      end -= 16;
+    }
+    while (end > 0 && mrow[end - 1] == kNegInf) --end;
+  }
+  const int64_t first = attn_first_block_key(mrow, end, rot);  // (end is C with a ring)
+  return {first, end, attn_blocks(end - first)};
 }
 
 // Head j's output (hd floats) from its blocks' partial states; sink: its logit, or null. A head
@@ -476,28 +515,22 @@ void attn_merge(const AttnWork& w, int64_t nb, int64_t j, int64_t hd, const floa
   }
 }
 
-// One query head's attention (row r = (s, h) of q and out), keys visited from ring row `rot`.
+// One query head (qr: hd floats) of K/V head g: the partial states of blocks [b0, b1) of sp into
+// w (head slot 0), keys visited from ring row `rot`.
 template <class Ops, GgmlType KT, GgmlType VT>
-void attention_one_row(const float* q, const uint8_t* k, const uint8_t* v, const float* mask, float* out,
-                       int64_t H, int64_t Hkv, int64_t hd, int64_t C, int64_t rot, float scale, int64_t r,
-                       float* work, const float* sinks) {
+void attn_head_blocks(const float* qr, const uint8_t* k, const uint8_t* v, const float* mrow, int64_t Hkv, int64_t g,
+                      int64_t hd, int64_t C, int64_t rot, float scale, const AttnSpan& sp, int64_t b0, int64_t b1,
+                      const AttnWork& w) {
   using V = typename Ops::V;
   constexpr int W = Ops::W;
   constexpr int64_t G = kGroupHeads;
   constexpr float kNegInf = -__builtin_inff();
   const int64_t k_head = head_bytes<KT>(hd), v_head = head_bytes<VT>(hd);
-  const int64_t group = H / Hkv;
-  const int64_t s = r / H, h = r % H, g = h / group;
-  const float* qr = q + r * hd;  // q is [S, H, hd], so row (s, h) is row r
-  const float* mrow = mask ? mask + s * C : nullptr;
-  const AttnWork w = attn_work(work, C);
   float* scores = w.scores;  // the block's, key t at t - t0
-  const int64_t first = attn_first_block_key(mrow, C, rot);
-  const int64_t nb = attn_blocks(C - first);
   const size_t key_stride = static_cast<size_t>(Hkv * k_head);
 
-  for (int64_t b = 0; b < nb; ++b) {
-    const int64_t t0 = first + b * kAttnBlock, t1 = t0 + kAttnBlock < C ? t0 + kAttnBlock : C;
+  for (int64_t b = b0; b < b1; ++b) {
+    const int64_t t0 = sp.first + b * kAttnBlock, t1 = t0 + kAttnBlock < sp.end ? t0 + kAttnBlock : sp.end;
     // Scores; keys masked with -inf are not even read (causal masks skip half the cache). Key t
     // (in the order the sums below visit keys) is row (rot + t) mod C of the window, and the mask
     // is indexed by row: a ring of K/V rows is visited from its oldest needed row on.
@@ -588,8 +621,6 @@ void attention_one_row(const float* q, const uint8_t* k, const uint8_t* v, const
       }
     }
   }
-  // A sink joins the max and the sum, as a key whose value is zero.
-  attn_merge<Ops>(w, nb, 0, hd, sinks ? sinks + h : nullptr, out + r * hd);
 }
 
 // Heads that share a K/V head and one query, taken together (grouped-query attention): each key
@@ -600,10 +631,11 @@ void attention_one_row(const float* q, const uint8_t* k, const uint8_t* v, const
 // per key in key order, a key whose weight is 0 skipped, the same merge), so the same bits.
 inline constexpr int64_t kPrefetchKeys = 8;  // how far ahead of the key in use its K and V rows are fetched
 
+// The n heads of q ([n, hd]) of K/V head g: blocks [b0, b1) of sp into w (head slots 0 .. n - 1).
 template <class Ops, GgmlType KT, GgmlType VT>
-void attention_heads(const float* q, const uint8_t* k, const uint8_t* v, const float* mrow, float* out, int64_t n,
-                     int64_t Hkv, int64_t g, int64_t hd, int64_t C, int64_t rot, float scale, float* work,
-                     const float* sinks) {
+void attn_heads_blocks(const float* q, const uint8_t* k, const uint8_t* v, const float* mrow, int64_t n, int64_t Hkv,
+                       int64_t g, int64_t hd, int64_t C, int64_t rot, float scale, const AttnSpan& sp, int64_t b0,
+                       int64_t b1, const AttnWork& w) {
   using V = typename Ops::V;
   constexpr int W = Ops::W;
   constexpr int G = kGroupHeads;
@@ -612,15 +644,12 @@ void attention_heads(const float* q, const uint8_t* k, const uint8_t* v, const f
   // An ISA may lay the common cases (K and V of one type) out its own way, with the same bits:
   // kernels_avx512_attention.h.
   if constexpr (KT == VT && requires { &Ops::template attention_group<KT>; })
-    if (Ops::template attention_group<KT>(q, k, v, mrow, out, n, Hkv, g, hd, C, rot, scale, work, sinks)) return;
+    if (Ops::template attention_group<KT>(q, k, v, mrow, n, Hkv, g, hd, C, rot, scale, sp, b0, b1, w)) return;
   const int64_t k_head = head_bytes<KT>(hd), v_head = head_bytes<VT>(hd);
-  const AttnWork w = attn_work(work, C);
   float* scores = w.scores;  // head j's score of key t at j * KB + t - t0
-  const int64_t first = attn_first_block_key(mrow, C, rot);
-  const int64_t nb = attn_blocks(C - first);
 
-  for (int64_t b = 0; b < nb; ++b) {
-    const int64_t t0 = first + b * KB, t1 = t0 + KB < C ? t0 + KB : C;
+  for (int64_t b = b0; b < b1; ++b) {
+    const int64_t t0 = sp.first + b * KB, t1 = t0 + KB < sp.end ? t0 + KB : sp.end;
     float mx[G];
     for (int j = 0; j < G; ++j) mx[j] = kNegInf;
 
@@ -753,45 +782,74 @@ void attention_heads(const float* q, const uint8_t* k, const uint8_t* v, const f
       }
     }
   }
+}
+
+// A run of n heads of one query that share K/V head g (q: [n, hd]): blocks [b0, b1) into w.
+// Two or more heads go through attn_heads_blocks, a lone head through attn_head_blocks.
+template <class Ops, GgmlType KT, GgmlType VT>
+void attn_run_blocks(const float* q, const uint8_t* k, const uint8_t* v, const float* mrow, int64_t n, int64_t Hkv,
+                     int64_t g, int64_t hd, int64_t C, int64_t rot, float scale, const AttnSpan& sp, int64_t b0, int64_t b1,
+                     const AttnWork& w) {
+  if (n >= 2) attn_heads_blocks<Ops, KT, VT>(q, k, v, mrow, n, Hkv, g, hd, C, rot, scale, sp, b0, b1, w);
+  else attn_head_blocks<Ops, KT, VT>(q, k, v, mrow, Hkv, g, hd, C, rot, scale, sp, b0, b1, w);
+}
+
+// The run's heads' outputs (out: [n, hd]) from its nb blocks' partial states; sinks: the run's
+// first head's logit, or null. A sink joins the max and the sum, as a key whose value is zero.
+template <class Ops>
+void attn_merge_run(const AttnWork& w, int64_t nb, int64_t n, int64_t hd, const float* sinks, float* out) {
   for (int64_t j = 0; j < n; ++j) attn_merge<Ops>(w, nb, j, hd, sinks ? sinks + j : nullptr, out + j * hd);
 }
 
-// Rows [r0, r1) of (query, head) pairs: runs of two or more heads of one query that share a K/V
-// head go through attention_heads, a lone head through attention_one_row.
+// Rows [r0, r1) of (query, head) pairs, run by run: up to kGroupHeads heads of one query that
+// share a K/V head, all their blocks on this thread.
 template <class Ops, GgmlType KT, GgmlType VT>
 void attention_rows(const float* q, const uint8_t* k, const uint8_t* v, const float* mask, float* out,
                     int64_t H, int64_t Hkv, int64_t hd, int64_t C, int64_t rot, float scale, int64_t r0, int64_t r1,
-                    float* scores, const float* sinks) {
+                    float* work, const float* sinks) {
   const int64_t group = H / Hkv;
+  const AttnWork w = attn_work(work, C);
   for (int64_t r = r0; r < r1;) {
     const int64_t s = r / H, h = r % H, g = h / group;
     const int64_t run_end = std::min(r1, s * H + (g + 1) * group);
     const int64_t n = std::min<int64_t>(run_end - r, kGroupHeads);
-    if (n >= 2) {
-      attention_heads<Ops, KT, VT>(q + r * hd, k, v, mask ? mask + s * C : nullptr, out + r * hd, n, Hkv, g, hd, C, rot, scale,
-                                   scores, sinks ? sinks + h : nullptr);
-      r += n;
-    } else {
-      attention_one_row<Ops, KT, VT>(q, k, v, mask, out, H, Hkv, hd, C, rot, scale, r, scores, sinks);
-      ++r;
-    }
+    const float* mrow = mask ? mask + s * C : nullptr;
+    const AttnSpan sp = attn_span(mrow, C, rot);
+    attn_run_blocks<Ops, KT, VT>(q + r * hd, k, v, mrow, n, Hkv, g, hd, C, rot, scale, sp, 0, sp.blocks, w);
+    attn_merge_run<Ops>(w, sp.blocks, n, hd, sinks ? sinks + h : nullptr, out + r * hd);
+    r += n;
   }
 }
 
-template <class Ops, GgmlType KT>
-void attention_for_k(const float* q, const uint8_t* k, const uint8_t* v, GgmlType v_type, const float* mask,
-                     float* out, int64_t H, int64_t Hkv, int64_t hd, int64_t C, int64_t rot, float scale, int64_t r0, int64_t r1,
-                     float* work, const float* sinks) {
+// Runs of heads as one query's split attention numbers them (cpu::attention_part): K/V head g's
+// heads in runs of up to kGroupHeads, in head order.
+struct AttnRun {
+  int64_t h0;  // first head
+  int64_t n;   // heads
+  int64_t g;   // their K/V head
+};
+inline int64_t attn_runs_per_group(int64_t group) { return (group + kGroupHeads - 1) / kGroupHeads; }
+inline AttnRun attn_run(int64_t i, int64_t H, int64_t Hkv) {
+  const int64_t group = H / Hkv, per = attn_runs_per_group(group);
+  const int64_t g = i / per, j = i % per;
+  return {g * group + j * kGroupHeads, std::min<int64_t>(kGroupHeads, group - j * kGroupHeads), g};
+}
+
+// f.template operator()<KT, VT>() for the K/V types (F32, F16 or Q8_0; others read as F32).
+template <GgmlType KT, class F>
+void attn_with_v_type(GgmlType v_type, F&& f) {
   switch (v_type) {
-    case GgmlType::F16:
-      attention_rows<Ops, KT, GgmlType::F16>(q, k, v, mask, out, H, Hkv, hd, C, rot, scale, r0, r1, work, sinks);
-      return;
-    case GgmlType::Q8_0:
-      attention_rows<Ops, KT, GgmlType::Q8_0>(q, k, v, mask, out, H, Hkv, hd, C, rot, scale, r0, r1, work, sinks);
-      return;
-    default:
-      attention_rows<Ops, KT, GgmlType::F32>(q, k, v, mask, out, H, Hkv, hd, C, rot, scale, r0, r1, work, sinks);
-      return;
+    case GgmlType::F16: f.template operator()<KT, GgmlType::F16>(); return;
+    case GgmlType::Q8_0: f.template operator()<KT, GgmlType::Q8_0>(); return;
+    default: f.template operator()<KT, GgmlType::F32>(); return;
+  }
+}
+template <class F>
+void attn_with_kv_types(GgmlType k_type, GgmlType v_type, F&& f) {
+  switch (k_type) {
+    case GgmlType::F16: attn_with_v_type<GgmlType::F16>(v_type, f); return;
+    case GgmlType::Q8_0: attn_with_v_type<GgmlType::Q8_0>(v_type, f); return;
+    default: attn_with_v_type<GgmlType::F32>(v_type, f); return;
   }
 }
 
@@ -801,16 +859,40 @@ void attention_impl(const float* q, const void* k, GgmlType k_type, const void* 
                     int64_t rot, float scale, int64_t r0, int64_t r1, float* work, const float* sinks) {
   const auto* kb = static_cast<const uint8_t*>(k);
   const auto* vb = static_cast<const uint8_t*>(v);
-  switch (k_type) {
-    case GgmlType::F16:
-      attention_for_k<Ops, GgmlType::F16>(q, kb, vb, v_type, mask, out, H, Hkv, hd, C, rot, scale, r0, r1, work, sinks);
-      return;
-    case GgmlType::Q8_0:
-      attention_for_k<Ops, GgmlType::Q8_0>(q, kb, vb, v_type, mask, out, H, Hkv, hd, C, rot, scale, r0, r1, work, sinks);
-      return;
-    default:
-      attention_for_k<Ops, GgmlType::F32>(q, kb, vb, v_type, mask, out, H, Hkv, hd, C, rot, scale, r0, r1, work, sinks);
-      return;
+  attn_with_kv_types(k_type, v_type, [&]<GgmlType KT, GgmlType VT>() {
+    attention_rows<Ops, KT, VT>(q, kb, vb, mask, out, H, Hkv, hd, C, rot, scale, r0, r1, work, sinks);
+  });
+}
+
+// As cpu::attention_part: block by block, each block for runs [run0, run1) in turn (the runs of
+// a block read the same K/V rows, each its own K/V head's piece of them).
+template <class Ops>
+void attention_part_impl(const AttentionQuery& a, int64_t run0, int64_t run1, int64_t b0, int64_t b1, float* work,
+                         float* partials) {
+  const AttnSpan sp = attn_span(a.mrow, a.C, a.rot);
+  const int64_t stride = attn_partial_floats(a.C, a.hd);
+  const auto* kb = static_cast<const uint8_t*>(a.k);
+  const auto* vb = static_cast<const uint8_t*>(a.v);
+  if (b1 > sp.blocks) b1 = sp.blocks;
+  attn_with_kv_types(a.k_type, a.v_type, [&]<GgmlType KT, GgmlType VT>() {
+    for (int64_t b = b0; b < b1; ++b)
+      for (int64_t i = run0; i < run1; ++i) {
+        const AttnRun r = attn_run(i, a.H, a.Hkv);
+        attn_run_blocks<Ops, KT, VT>(a.q + r.h0 * a.hd, kb, vb, a.mrow, r.n, a.Hkv, r.g, a.hd, a.C, a.rot, a.scale, sp, b, b + 1,
+                                     attn_partials(work, partials + i * stride, a.C));
+      }
+  });
+}
+
+// As cpu::attention_merge.
+template <class Ops>
+void attention_merge_impl(const AttentionQuery& a, int64_t nb, int64_t run0, int64_t run1, float* partials, float* out,
+                          const float* sinks) {
+  const int64_t stride = attn_partial_floats(a.C, a.hd);
+  for (int64_t i = run0; i < run1; ++i) {
+    const AttnRun r = attn_run(i, a.H, a.Hkv);
+    attn_merge_run<Ops>(attn_partials(nullptr, partials + i * stride, a.C), nb, r.n, a.hd, sinks ? sinks + r.h0 : nullptr,
+                        out + r.h0 * a.hd);
   }
 }
 

@@ -4,6 +4,7 @@
 // it loads without building the kernels; they use only the kernels' sizing functions
 // (kernel_sizes.cpp).
 #include "device/cpu/program_checks.h"
+#include "device/cpu/task_operands.h"
 
 #include <algorithm>
 
@@ -17,7 +18,6 @@ namespace {
 using blob::OpCode;
 using blob::TaskDesc;
 
-GgmlType ty(const TaskDesc& t, int slot) { return static_cast<GgmlType>(t.type[slot]); }
 
 // Bounds on what a task may ask of the device's own memory. A blob is checked against its
 // checksums, not against sense, and prepare() sizes each thread's scratch from its tasks'
@@ -49,7 +49,7 @@ void check_prologue(const TaskDesc& t, size_t i) {
   const bool matmul = t.op == static_cast<uint32_t>(OpCode::MatMul);
   const bool rope = t.op == static_cast<uint32_t>(OpCode::Rope);
   const bool ok = matmul ? pro == blob::Prologue::RmsNorm || pro == blob::Prologue::SwiGlu || pro == blob::Prologue::GeGlu
-                  : rope ? pro == blob::Prologue::RmsNorm && ty(t, 0) == GgmlType::F32 && t.ptr[3] != 0
+                  : rope ? pro == blob::Prologue::RmsNorm && operand_type(t, 0) == GgmlType::F32 && t.ptr[3] != 0
                          : (pro == blob::Prologue::Rope || (pro == blob::Prologue::RmsNormRope && t.ptr[5] != 0)) &&
                                t.dim[3] > 0 && t.dim[3] * t.dim[4] == t.dim[1];
   if (!ok)
@@ -107,15 +107,15 @@ int64_t checked_scratch_floats(const device::Program& prog) {
     if (t.op == static_cast<uint32_t>(OpCode::MatMul)) {
       need = std::max(need, matmul_work_floats(t.dim[1]));
       const auto layout = static_cast<WeightLayout>(t.iparam[0]);
-      if (layout != WeightLayout::Rows && (layout != WeightLayout::Panels16 || !matmul_reads_panels16(ty(t, 1), t.dim[1])))
+      if (layout != WeightLayout::Rows && (layout != WeightLayout::Panels16 || !matmul_reads_panels16(operand_type(t, 1), t.dim[1])))
         fail("cpu device: task {} (MatMul) has a {} weight of {} columns in layout {}, which this device cannot read", i,
-             ggml_type_name(ty(t, 1)), t.dim[1], t.iparam[0]);
+             ggml_type_name(operand_type(t, 1)), t.dim[1], t.iparam[0]);
     }
     if (t.op == static_cast<uint32_t>(OpCode::Embed)) {
       const auto layout = static_cast<WeightLayout>(t.iparam[0]);
-      if (layout != WeightLayout::Rows && (layout != WeightLayout::Panels16 || !panels16_possible(ty(t, 0), t.dim[1])))
+      if (layout != WeightLayout::Rows && (layout != WeightLayout::Panels16 || !panels16_possible(operand_type(t, 0), t.dim[1])))
         fail("cpu device: task {} (Embed) has a {} table of {} columns in layout {}, which this device cannot read", i,
-             ggml_type_name(ty(t, 0)), t.dim[1], t.iparam[0]);
+             ggml_type_name(operand_type(t, 0)), t.dim[1], t.iparam[0]);
     }
     if (t.op == static_cast<uint32_t>(OpCode::Attention)) {
       need = std::max(need, attention_work_floats(t.dim[4], t.dim[3]));
@@ -126,9 +126,9 @@ int64_t checked_scratch_floats(const device::Program& prog) {
       need = std::max(need, matmul_work_floats(t.dim[1]));
       const auto layout = static_cast<WeightLayout>(t.iparam[0]);
       if (layout != WeightLayout::Rows &&
-          (layout != WeightLayout::Panels16 || !matmul_reads_panels16(ty(t, 1), t.dim[1]) || t.dim[2] % 16 != 0))
+          (layout != WeightLayout::Panels16 || !matmul_reads_panels16(operand_type(t, 1), t.dim[1]) || t.dim[2] % 16 != 0))
         fail("cpu device: task {} (MoeMatMul) has {} expert slabs of {} x {} in layout {}, which this device cannot read", i,
-             ggml_type_name(ty(t, 1)), t.dim[2], t.dim[1], t.iparam[0]);
+             ggml_type_name(operand_type(t, 1)), t.dim[2], t.dim[1], t.iparam[0]);
       if (t.dim[3] < 1 || t.dim[3] > t.dim[4]) fail("cpu device: task {} (MoeMatMul) routes to {} of {} experts", i, t.dim[3], t.dim[4]);
     }
     if (t.op == static_cast<uint32_t>(OpCode::MoeRoute)) {
