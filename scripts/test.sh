@@ -90,7 +90,7 @@ norandom=()
 if setarch "$(uname -m)" -R true 2>/dev/null; then norandom=(setarch "$(uname -m)" -R); fi
 export TSAN_OPTIONS="halt_on_error=1 second_deadlock_stack=1 suppressions=$PWD/scripts/tsan.supp"
 "${norandom[@]}" build-tsan/tests/npullm_tsan_tests \
-  --gtest_filter='Driver*:WorkerPool*:Scheduler*:*BatchedDecode*:SequenceSlots*:OpenAiRequest*:Capi*:Sampler.SequencesDoNotDependOnOtherThreads:StoriesReference.*:TraceCli*'
+  --gtest_filter='Driver*:WorkerPool*:AttentionSplit*:Scheduler*:*BatchedDecode*:SequenceSlots*:OpenAiRequest*:Capi*:Sampler.SequencesDoNotDependOnOtherThreads:StoriesReference.*:TraceCli*'
 # With the web page and the abuse scripts (abuse.mjs triples its time bounds under TSan, web_page.mjs
 # doubles its deadline), the trace written on SIGUSR1 while requests run, and speculative decoding's
 # verify steps: 64-68 s here (2026-12-06, two runs), against ~30 s for bad_requests and concurrency alone.

@@ -360,6 +360,12 @@ int run(BenchOptions& o) {
     return bandwidth > 0 ? bandwidth / (bytes_per_token + kv_read_per_token(depth)) : 0.0;
   };
 
+  // Long context at the roofline (issue 48): depth D should cost no more per K/V byte than the
+  // weights do, tg(D) >= 0.9 x tg(first) x (W + KV(first)) / (W + KV(D)) (W: weight bytes a step).
+  auto bytes_line_tps = [&](size_t di) {
+    const double w = static_cast<double>(bytes_per_token), first = mean_sd(tg_at[0]).mean;
+    return 0.9 * first * (w + kv_read_per_token(o.depths[0])) / (w + kv_read_per_token(o.depths[di]));
+  };
   if (o.json) {
     nlohmann::json j = {{"model", o.model},
                         {"threads", rt.device_threads()},
@@ -417,6 +423,10 @@ int run(BenchOptions& o) {
                             {"kv_bytes_read_per_token", kv_read_per_token(o.depths[di])},
                             {"roofline_tps", roofline_tps(o.depths[di])},
                             {"roofline_fraction", roofline_tps(o.depths[di]) > 0 ? m.mean / roofline_tps(o.depths[di]) : 0.0}};
+        if (di > 0) {
+          d["bytes_line_tps"] = bytes_line_tps(di);
+          d["bytes_line_fraction"] = bytes_line_tps(di) > 0 ? m.mean / bytes_line_tps(di) : 0.0;
+        }
         if (interleaved) {
           d["interleaved_steps"] = step_s[di].size();
           d["interleaved_step_ms_median"] = 1e3 * median(step_s[di]);
@@ -443,6 +453,11 @@ int run(BenchOptions& o) {
                  "tg is {:.0f}% of it\n",
                  o.depths[di], bytes_per_token / 1e6, kv_read_per_token(o.depths[di]) / 1e6, bandwidth / 1e9, roof,
                  roof > 0 ? 100.0 * m.mean / roof : 0.0);
+    }
+    for (size_t di = 1; di < n_depths && !tg.empty(); ++di) {
+      const double line = bytes_line_tps(di);
+      fmt::print("depth {}: the bytes-bound line, 0.9 x tg at depth {} x its bytes a step / these, is {:.1f} t/s; tg is {:.0f}% of it\n",
+                 o.depths[di], o.depths[0], line, line > 0 ? 100.0 * mean_sd(tg_at[di]).mean / line : 0.0);
     }
     for (size_t di = 1; di < n_depths && !tg.empty(); ++di) {
       std::string runs;
