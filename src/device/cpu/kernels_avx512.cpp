@@ -106,9 +106,9 @@ struct Avx512Ops {
   template <GgmlType T>
   static bool attention_group(const float* q, const uint8_t* k, const uint8_t* v, const float* mrow, int64_t n,
                               int64_t Hkv, int64_t g, int64_t hd, int64_t C, int64_t rot, float scale, const AttnSpan& sp,
-                              int64_t b0, int64_t b1, const AttnWork& w) {
+                              int64_t b0, int64_t b1, const AttnWork& w, AttnFetch fetch) {
     if constexpr (T == GgmlType::F16 || T == GgmlType::Q8_0)
-      return attention_group_dispatch<Avx512Ops, T>(q, k, v, mrow, n, Hkv, g, hd, C, rot, scale, sp, b0, b1, w);
+      return attention_group_dispatch<Avx512Ops, T>(q, k, v, mrow, n, Hkv, g, hd, C, rot, scale, sp, b0, b1, w, fetch);
     else
       return false;
   }

@@ -68,22 +68,36 @@ struct AttnHead<Ops, GgmlType::Q8_0, NV> {
   }
 };
 
-// Fetches the lines of bytes [p, p + n) into L2.
+// Fetches the lines of bytes [p, p + n) into L2 (or, Hint T0, into L1 and L2).
+template <int Hint = _MM_HINT_T1>
 inline void attn_fetch(const uint8_t* p, int64_t n) {
   const uintptr_t a = reinterpret_cast<uintptr_t>(p);
   for (uintptr_t l = a & ~uintptr_t{63}; l < a + static_cast<uintptr_t>(n); l += 64)
-    _mm_prefetch(reinterpret_cast<const char*>(l), _MM_HINT_T1);
+    _mm_prefetch(reinterpret_cast<const char*>(l), static_cast<_mm_hint>(Hint));
 }
+
+// Whole K/V rows (AttnFetch::WholeRow: a part of a query's attention split over keys, whose runs
+// together read every head of each row) go into L1 and L2, a row's lines one after another: at
+// 30,000 keys of Qwen2.5's two K/V heads on two threads (bench_kernels AttentionByKeys) 792-895 ->
+// 672-685 us against each run fetching its own head's piece into L2 (4 alternated pairs; into L2
+// as whole rows 702-722, 8 tiles ahead as good as 4 or 16).
+inline void attn_fetch_rows(const uint8_t* p, int64_t n) { attn_fetch<_MM_HINT_T0>(p, n); }
 
 // The first tiles a pass reads, which the fetches ahead in the pass's loop never cover: keys [t0,
 // min(Ce, t0 + kAttnPrefetchTiles tiles)) of a group (rows from `rot` on, as the pass visits them), all
 // at once. Before the scores and before the softmax (whose e^x then run while V's first rows come
 // in): AttentionDecodeCold/F16/1024 145-147 -> 134-135 us (Xeon, one thread, 2 runs of 7), warm
 // level; TinyLlama Q4_0 at depth 1,024 the attention stage 1.62 -> 1.50-1.56 ms a token, 3 pairs.
+// (fetch: as AttnFetch; base: the group's head in row 0 for OwnHead, row 0 itself for WholeRow.)
 template <class Head>
-inline void attn_fetch_start(const uint8_t* base, int64_t stride, int64_t C, int64_t t0, int64_t Ce, int64_t rot) {
+inline void attn_fetch_start(const uint8_t* base, int64_t stride, int64_t C, int64_t t0, int64_t Ce, int64_t rot,
+                             AttnFetch fetch = AttnFetch::OwnHead) {
+  if (fetch == AttnFetch::None) return;
   const int64_t n = Ce - t0 < kAttnPrefetchTiles * kAttnTile ? Ce - t0 : kAttnPrefetchTiles * kAttnTile;
-  for (int64_t t = t0; t < t0 + n; ++t) attn_fetch(base + attn_row(t, rot, C) * stride, Head::bytes);
+  for (int64_t t = t0; t < t0 + n; ++t) {
+    if (fetch == AttnFetch::WholeRow) attn_fetch_rows(base + attn_row(t, rot, C) * stride, stride);
+    else attn_fetch(base + attn_row(t, rot, C) * stride, Head::bytes);
+  }
 }
 
 // One key's dot products with the N heads' queries (q is [N, HD]), in attention_heads' order.
@@ -146,7 +160,8 @@ inline __m512 attn_reduce16(const float* lvl1) {
 // accumulators in registers across the keys.
 template <class Head, int N, int NV, int J0, int NH, int D0, int ND>
 inline void attn_value_pass(const uint8_t* vg, int64_t stride, int64_t C, int64_t Ce, int64_t tb, int64_t te, int64_t rot,
-                            const float* scores, const float (&inv)[N], const bool (&live)[N], float* out) {
+                            const float* scores, const float (&inv)[N], const bool (&live)[N], float* out, int64_t g_off,
+                            AttnFetch fetch_mode) {
   constexpr int HD = 16 * NV;
   bool all_live = true;
   for (int j = J0; j < J0 + NH; ++j) all_live = all_live && live[j];
@@ -173,11 +188,15 @@ inline void attn_value_pass(const uint8_t* vg, int64_t stride, int64_t C, int64_
         // memory and the second with nothing to fetch: AttentionDecodeCold/F16/1024 median 137 ->
         // 133 us (5 runs of 9 each), the attention stage at depth 1,024 (TinyLlama Q4_0) 1.47-1.50
         // -> 1.41-1.44 ms a token, 3 alternated pairs.
-        const bool fetch = J0 == 0 && row0 + (kAttnPrefetchTiles + 1) * kAttnTile <= Ce;
+        // (Whole rows: the first pass of the group's first run fetches each row, from its start.)
+        const bool fetch = J0 == 0 && row0 + (kAttnPrefetchTiles + 1) * kAttnTile <= Ce &&
+                           (fetch_mode == AttnFetch::OwnHead || (fetch_mode == AttnFetch::WholeRow && D0 == 0));
         // (From the head's start in the first pass, so a Q8_0 block's d comes in with its values.)
         constexpr int64_t f0 = D0 == 0 ? 0 : Head::off(D0), f1 = Head::off(D0 + ND - 1) + 16;
+        const int64_t ahead = kAttnPrefetchTiles * kAttnTile * stride;
         for (int64_t tt = 0; tt < kAttnTile; ++tt, vt += stride) {
-          if (fetch) attn_fetch(vt + kAttnPrefetchTiles * kAttnTile * stride + f0, f1 - f0);
+          if (fetch && fetch_mode == AttnFetch::WholeRow) attn_fetch_rows(vt - g_off + ahead, stride);
+          else if (fetch) attn_fetch(vt + ahead + f0, f1 - f0);
           __m512 vv[ND];
           Head::template widen<D0, ND>(vt, vv);
 #pragma GCC unroll 16
@@ -223,12 +242,15 @@ inline void attn_value_pass(const uint8_t* vg, int64_t stride, int64_t C, int64_
 // fewer, so each V vector is widened once (8 heads of 64: two passes of 2 vectors).
 template <class Head, int N, int NV, int J0, int D0>
 inline void attn_value_passes(const uint8_t* vg, int64_t stride, int64_t C, int64_t Ce, int64_t tb, int64_t te, int64_t rot,
-                              const float* scores, const float (&inv)[N], const bool (&live)[N], float* out) {
+                              const float* scores, const float (&inv)[N], const bool (&live)[N], float* out, int64_t g_off,
+                              AttnFetch fetch) {
   constexpr int NH = N - J0 < 8 ? N - J0 : 8;
   constexpr int ND = NV - D0 < 16 / NH ? NV - D0 : 16 / NH;
-  attn_value_pass<Head, N, NV, J0, NH, D0, ND>(vg, stride, C, Ce, tb, te, rot, scores, inv, live, out);
-  if constexpr (D0 + ND < NV) attn_value_passes<Head, N, NV, J0, D0 + ND>(vg, stride, C, Ce, tb, te, rot, scores, inv, live, out);
-  else if constexpr (J0 + NH < N) attn_value_passes<Head, N, NV, J0 + NH, 0>(vg, stride, C, Ce, tb, te, rot, scores, inv, live, out);
+  attn_value_pass<Head, N, NV, J0, NH, D0, ND>(vg, stride, C, Ce, tb, te, rot, scores, inv, live, out, g_off, fetch);
+  if constexpr (D0 + ND < NV)
+    attn_value_passes<Head, N, NV, J0, D0 + ND>(vg, stride, C, Ce, tb, te, rot, scores, inv, live, out, g_off, fetch);
+  else if constexpr (J0 + NH < N)
+    attn_value_passes<Head, N, NV, J0 + NH, 0>(vg, stride, C, Ce, tb, te, rot, scores, inv, live, out, g_off, fetch);
 }
 
 // Group g's N heads (q: [N, HD], mrow the query's mask row or null): the partial states of blocks
@@ -236,7 +258,8 @@ inline void attn_value_passes(const uint8_t* vg, int64_t stride, int64_t C, int6
 // attn_head_blocks computes them).
 template <class Ops, GgmlType T, int N, int NV>
 void attention_group(const float* q, const uint8_t* k, const uint8_t* v, const float* mrow, int64_t Hkv, int64_t g,
-                     int64_t C, int64_t rot, float scale, const AttnSpan& sp, int64_t b0, int64_t b1, const AttnWork& w) {
+                     int64_t C, int64_t rot, float scale, const AttnSpan& sp, int64_t b0, int64_t b1, const AttnWork& w,
+                     AttnFetch fetch_mode) {
   using Head = AttnHead<Ops, T, NV>;
   constexpr int64_t head = Head::bytes;  // bytes of one head in a K/V row
   constexpr int64_t KB = kAttnBlock;
@@ -252,7 +275,8 @@ void attention_group(const float* q, const uint8_t* k, const uint8_t* v, const f
 
   // The first K rows; later blocks' first rows are fetched by the pass before them, which fetches
   // ahead across the block's end (as far as Ce).
-  attn_fetch_start<Head>(kg, stride, C, sp.first + b0 * KB, Ce, rot);
+  const bool rows = fetch_mode == AttnFetch::WholeRow;
+  attn_fetch_start<Head>(rows ? k : kg, stride, C, sp.first + b0 * KB, Ce, rot, fetch_mode);
   alignas(64) float lvl1[N][kAttnTile / 2][16];
   for (int64_t b = b0; b < b1; ++b) {
     const int64_t tb = sp.first + b * KB, te = tb + KB < Ce ? tb + KB : Ce;
@@ -272,10 +296,12 @@ void attention_group(const float* q, const uint8_t* k, const uint8_t* v, const f
         }
         if (masked == 0) {
           const uint8_t* kt = kg + row0 * stride;
-          const bool fetch = row0 + (kAttnPrefetchTiles + 1) * kAttnTile <= Ce;
+          const bool fetch = row0 + (kAttnPrefetchTiles + 1) * kAttnTile <= Ce && fetch_mode != AttnFetch::None;
           const int64_t ahead = (kAttnPrefetchTiles * kAttnTile) * stride;
           for (int m = 0; m < kAttnTile / 2; ++m) {
-            if (fetch) {
+            if (fetch && rows) {
+              attn_fetch_rows(kt - g * head + ahead + 2 * m * stride, 2 * stride);
+            } else if (fetch) {
               attn_fetch(kt + ahead + 2 * m * stride, head);
               attn_fetch(kt + ahead + (2 * m + 1) * stride, head);
             }
@@ -315,7 +341,7 @@ void attention_group(const float* q, const uint8_t* k, const uint8_t* v, const f
 
     // The value pass's first rows come in while the weights' e^x are taken (later blocks': fetched
     // by the pass before).
-    if (b == b0) attn_fetch_start<Head>(vg, stride, C, tb, Ce, rot);
+    if (b == b0) attn_fetch_start<Head>(rows ? v : vg, stride, C, tb, Ce, rot, fetch_mode);
     float inv[N];
     bool live[N];
     bool any_live = false;
@@ -330,7 +356,9 @@ void attention_group(const float* q, const uint8_t* k, const uint8_t* v, const f
       inv[j] = 1.0f / total;
       any_live = true;
     }
-    if (any_live) attn_value_passes<Head, N, NV, 0, 0>(vg, stride, C, Ce, tb, te, rot, scores, inv, live, w.o + b * G * 16 * NV);
+    if (any_live)
+      attn_value_passes<Head, N, NV, 0, 0>(vg, stride, C, Ce, tb, te, rot, scores, inv, live, w.o + b * G * 16 * NV, g * head,
+                                           fetch_mode);
   }
 }
 
@@ -339,16 +367,16 @@ void attention_group(const float* q, const uint8_t* k, const uint8_t* v, const f
 template <class Ops, GgmlType T>
 bool attention_group_dispatch(const float* q, const uint8_t* k, const uint8_t* v, const float* mrow, int64_t n, int64_t Hkv,
                               int64_t g, int64_t hd, int64_t C, int64_t rot, float scale, const AttnSpan& sp, int64_t b0,
-                              int64_t b1, const AttnWork& w) {
+                              int64_t b1, const AttnWork& w, AttnFetch fetch) {
   auto run = [&]<int NV>() {
     switch (n) {
-      case 2: attention_group<Ops, T, 2, NV>(q, k, v, mrow, Hkv, g, C, rot, scale, sp, b0, b1, w); return true;
-      case 3: attention_group<Ops, T, 3, NV>(q, k, v, mrow, Hkv, g, C, rot, scale, sp, b0, b1, w); return true;
-      case 4: attention_group<Ops, T, 4, NV>(q, k, v, mrow, Hkv, g, C, rot, scale, sp, b0, b1, w); return true;
-      case 5: attention_group<Ops, T, 5, NV>(q, k, v, mrow, Hkv, g, C, rot, scale, sp, b0, b1, w); return true;
-      case 6: attention_group<Ops, T, 6, NV>(q, k, v, mrow, Hkv, g, C, rot, scale, sp, b0, b1, w); return true;
-      case 7: attention_group<Ops, T, 7, NV>(q, k, v, mrow, Hkv, g, C, rot, scale, sp, b0, b1, w); return true;
-      case 8: attention_group<Ops, T, 8, NV>(q, k, v, mrow, Hkv, g, C, rot, scale, sp, b0, b1, w); return true;
+      case 2: attention_group<Ops, T, 2, NV>(q, k, v, mrow, Hkv, g, C, rot, scale, sp, b0, b1, w, fetch); return true;
+      case 3: attention_group<Ops, T, 3, NV>(q, k, v, mrow, Hkv, g, C, rot, scale, sp, b0, b1, w, fetch); return true;
+      case 4: attention_group<Ops, T, 4, NV>(q, k, v, mrow, Hkv, g, C, rot, scale, sp, b0, b1, w, fetch); return true;
+      case 5: attention_group<Ops, T, 5, NV>(q, k, v, mrow, Hkv, g, C, rot, scale, sp, b0, b1, w, fetch); return true;
+      case 6: attention_group<Ops, T, 6, NV>(q, k, v, mrow, Hkv, g, C, rot, scale, sp, b0, b1, w, fetch); return true;
+      case 7: attention_group<Ops, T, 7, NV>(q, k, v, mrow, Hkv, g, C, rot, scale, sp, b0, b1, w, fetch); return true;
+      case 8: attention_group<Ops, T, 8, NV>(q, k, v, mrow, Hkv, g, C, rot, scale, sp, b0, b1, w, fetch); return true;
       default: return false;
     }
   };

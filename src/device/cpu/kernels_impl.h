@@ -449,6 +449,13 @@ inline AttnWork attn_partials(float* scores, float* partials, int64_t C) {
 }
 inline AttnWork attn_work(float* work, int64_t C) { return attn_partials(work, work + kGroupHeads * kAttnBlock, C); }
 
+// What a run of heads fetches ahead of its K/V reads (an ISA's own layout may use it): its own
+// head's piece of each row (threads split by heads, each reading its K/V head), the whole row (the
+// first run of a query's attention split over keys, whose other runs read the rest of the same
+// rows: one run of lines in address order instead of a strided piece per run), or nothing (those
+// other runs).
+enum class AttnFetch { OwnHead, WholeRow, None };
+
 // The keys one query row visits: blocks of kAttnBlock from `first` (attn_first_block_key), keys
 // before `end` only. Without a ring (rot 0), end is past the last key the mask lets through: a
 // generate variant larger than the context (a short chat in a large capacity) otherwise walked
@@ -635,7 +642,7 @@ inline constexpr int64_t kPrefetchKeys = 8;  // how far ahead of the key in use 
 template <class Ops, GgmlType KT, GgmlType VT>
 void attn_heads_blocks(const float* q, const uint8_t* k, const uint8_t* v, const float* mrow, int64_t n, int64_t Hkv,
                        int64_t g, int64_t hd, int64_t C, int64_t rot, float scale, const AttnSpan& sp, int64_t b0,
-                       int64_t b1, const AttnWork& w) {
+                       int64_t b1, const AttnWork& w, AttnFetch fetch) {
   using V = typename Ops::V;
   constexpr int W = Ops::W;
   constexpr int G = kGroupHeads;
@@ -644,7 +651,7 @@ void attn_heads_blocks(const float* q, const uint8_t* k, const uint8_t* v, const
   // An ISA may lay the common cases (K and V of one type) out its own way, with the same bits:
   // kernels_avx512_attention.h.
   if constexpr (KT == VT && requires { &Ops::template attention_group<KT>; })
-    if (Ops::template attention_group<KT>(q, k, v, mrow, n, Hkv, g, hd, C, rot, scale, sp, b0, b1, w)) return;
+    if (Ops::template attention_group<KT>(q, k, v, mrow, n, Hkv, g, hd, C, rot, scale, sp, b0, b1, w, fetch)) return;
   const int64_t k_head = head_bytes<KT>(hd), v_head = head_bytes<VT>(hd);
   float* scores = w.scores;  // head j's score of key t at j * KB + t - t0
 
@@ -789,8 +796,8 @@ void attn_heads_blocks(const float* q, const uint8_t* k, const uint8_t* v, const
 template <class Ops, GgmlType KT, GgmlType VT>
 void attn_run_blocks(const float* q, const uint8_t* k, const uint8_t* v, const float* mrow, int64_t n, int64_t Hkv,
                      int64_t g, int64_t hd, int64_t C, int64_t rot, float scale, const AttnSpan& sp, int64_t b0, int64_t b1,
-                     const AttnWork& w) {
-  if (n >= 2) attn_heads_blocks<Ops, KT, VT>(q, k, v, mrow, n, Hkv, g, hd, C, rot, scale, sp, b0, b1, w);
+                     const AttnWork& w, AttnFetch fetch = AttnFetch::OwnHead) {
+  if (n >= 2) attn_heads_blocks<Ops, KT, VT>(q, k, v, mrow, n, Hkv, g, hd, C, rot, scale, sp, b0, b1, w, fetch);
   else attn_head_blocks<Ops, KT, VT>(q, k, v, mrow, Hkv, g, hd, C, rot, scale, sp, b0, b1, w);
 }
 
@@ -874,12 +881,15 @@ void attention_part_impl(const AttentionQuery& a, int64_t run0, int64_t run1, in
   const auto* kb = static_cast<const uint8_t*>(a.k);
   const auto* vb = static_cast<const uint8_t*>(a.v);
   if (b1 > sp.blocks) b1 = sp.blocks;
+  // A part of every run reads whole K/V rows: its first run fetches them, the others nothing.
+  const bool whole_rows = run0 == 0 && run1 == a.Hkv * attn_runs_per_group(a.H / a.Hkv);
   attn_with_kv_types(a.k_type, a.v_type, [&]<GgmlType KT, GgmlType VT>() {
     for (int64_t b = b0; b < b1; ++b)
       for (int64_t i = run0; i < run1; ++i) {
         const AttnRun r = attn_run(i, a.H, a.Hkv);
+        const AttnFetch fetch = !whole_rows ? AttnFetch::OwnHead : i == run0 ? AttnFetch::WholeRow : AttnFetch::None;
         attn_run_blocks<Ops, KT, VT>(a.q + r.h0 * a.hd, kb, vb, a.mrow, r.n, a.Hkv, r.g, a.hd, a.C, a.rot, a.scale, sp, b, b + 1,
-                                     attn_partials(work, partials + i * stride, a.C));
+                                     attn_partials(work, partials + i * stride, a.C), fetch);
       }
   });
 }
