@@ -39,7 +39,7 @@ bool attention_query(const TaskDesc& t, int64_t s, AttentionQuery& a) {
   a.v = operand<const void>(t, 2);
   a.rot = 0;
   // With a window operand query s attends rows [base, base + C) of the state (and a second column
-  // names the ring row its keys are visited from), as the unsplit path reads it (cpu_device.cpp).
+  // names the ring row its keys are visited from); split or not, the device reads windows here.
   const int32_t* base = operand<const int32_t>(t, 5);
   if (!base) return true;
   const int64_t cols = t.iparam[0] == 2 ? 2 : 1;

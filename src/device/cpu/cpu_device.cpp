@@ -132,29 +132,23 @@ class AlignedBytes {
 // the R rows there are gives zeros, like a fully masked row). A window of two columns also names
 // the ring row its keys are visited from (a sliding-window layer's ring of K/V rows).
 void attention_windows(const TaskDesc& t, int64_t b, int64_t e, float* work) {
-  const int64_t H = t.dim[1], Hkv = t.dim[2], hd = t.dim[3], C = t.dim[4], R = t.dim[5];
-  const float* q = operand<const float>(t, 0);
-  const float* mask = operand<const float>(t, 3);
+  const int64_t H = t.dim[1], Hkv = t.dim[2], hd = t.dim[3], C = t.dim[4];
   float* out = operand<float>(t, 4);
-  const int32_t* base = operand<const int32_t>(t, 5);
-  const int64_t cols = t.iparam[0] == 2 ? 2 : 1;
-  if (!base) {
-    attention(q, operand<const void>(t, 1), operand_type(t, 1), operand<const void>(t, 2), operand_type(t, 2), mask, out, H, Hkv, hd, C, 0, t.fparam[0], b, e, work,
-              operand<const float>(t, 6));
+  const float* sinks = operand<const float>(t, 6);
+  if (!operand<const int32_t>(t, 5)) {
+    attention(operand<const float>(t, 0), operand<const void>(t, 1), operand_type(t, 1), operand<const void>(t, 2),
+              operand_type(t, 2), operand<const float>(t, 3), out, H, Hkv, hd, C, 0, t.fparam[0], b, e, work, sinks);
     return;
   }
-  const size_t k_row = ggml_row_bytes(operand_type(t, 1), Hkv * hd), v_row = ggml_row_bytes(operand_type(t, 2), Hkv * hd);
-  for (int64_t s = b / H; s * H < e; ++s) {
+  for (int64_t s = b / H; s * H < e; ++s) {  // each query through its own window (attention_split.h)
     const int64_t r0 = std::max(b, s * H) - s * H, r1 = std::min(e, (s + 1) * H) - s * H;
-    const int64_t first = base[s * cols], start = cols == 2 ? base[s * cols + 1] : 0;
     float* o = out + s * H * hd;
-    if (first < 0 || first + C > R || start < 0 || (start > 0 && start >= C)) {
+    AttentionQuery a;
+    if (!attention_query(t, s, a)) {
       std::fill(o + r0 * hd, o + r1 * hd, 0.0f);
       continue;
     }
-    attention(q + s * H * hd, operand<const uint8_t>(t, 1) + static_cast<size_t>(first) * k_row, operand_type(t, 1),
-              operand<const uint8_t>(t, 2) + static_cast<size_t>(first) * v_row, operand_type(t, 2), mask ? mask + s * C : nullptr, o, H, Hkv,
-              hd, C, start, t.fparam[0], r0, r1, work, operand<const float>(t, 6));
+    attention(a.q, a.k, a.k_type, a.v, a.v_type, a.mrow, o, H, Hkv, hd, C, a.rot, a.scale, r0, r1, work, sinks);
   }
 }
 
