@@ -344,7 +344,9 @@ void BM_AttentionDecodeShape(benchmark::State& st, AttnShape shape, int64_t C, b
 // as in decode) on a pool of `threads`, the way the CPU device shares it out: split by heads (each
 // thread a run of heads sharing a K/V head, over all keys) or by keys (cpu::attention_part: each
 // thread a contiguous range of blocks of 256 keys for every head, then cpu::attention_merge).
-void BM_AttentionPool(benchmark::State& st, AttnShape shape, int64_t C, GgmlType kv, int threads, bool by_keys) {
+// Warm (`cold` false): one copy of K/V read every call, in cache where it fits (2,048 keys of
+// Qwen2.5's heads are 1 MiB: half an L2 each on two threads): the arithmetic without the memory.
+void BM_AttentionPool(benchmark::State& st, AttnShape shape, int64_t C, GgmlType kv, int threads, bool by_keys, bool cold) {
   const int64_t H = shape.H, Hkv = shape.Hkv, hd = shape.hd;
   cpu::WorkerPool pool(threads);
   std::vector<float> q(static_cast<size_t>(H * hd)), out(q.size());
@@ -355,7 +357,7 @@ void BM_AttentionPool(benchmark::State& st, AttnShape shape, int64_t C, GgmlType
   for (size_t i = 0; i < q.size(); ++i) q[i] = static_cast<float>((i * 7919) % 97) / 97.0f - 0.5f;
   for (size_t i = 0; i < kf.size(); ++i) kf[i] = static_cast<float>((i * 104729) % 89) / 89.0f - 0.5f;
   const size_t bytes = static_cast<size_t>(ggml_row_bytes(kv, static_cast<int64_t>(kf.size())));
-  const size_t copies = std::max<size_t>(2, (size_t{512} << 20) / (2 * bytes));
+  const size_t copies = cold ? std::max<size_t>(2, (size_t{512} << 20) / (2 * bytes)) : 1;
   npullm::PageBuffer buf(2 * bytes * copies, true);
   quantize_row(kv, kf.data(), buf.data(), static_cast<int64_t>(kf.size()));
   for (size_t c = 1; c < 2 * copies; ++c) std::memcpy(buf.data() + c * bytes, buf.data(), bytes);
@@ -422,7 +424,12 @@ int main(int argc, char** argv) {
         ->Unit(benchmark::kMicrosecond);
     for (bool by_keys : {false, true})
       benchmark::RegisterBenchmark(("AttentionBy" + std::string(by_keys ? "Keys" : "Heads") + "/Qwen25/" + type + "/30000/2").c_str(),
-                                   BM_AttentionPool, kQwen25Heads, 30000, kv, 2, by_keys)
+                                   BM_AttentionPool, kQwen25Heads, 30000, kv, 2, by_keys, true)
+          ->UseRealTime()
+          ->Unit(benchmark::kMicrosecond);
+    for (bool cold : {false, true})
+      benchmark::RegisterBenchmark(("AttentionByKeys" + std::string(cold ? "Cold" : "Warm") + "/Qwen25/" + type + "/2048/2").c_str(),
+                                   BM_AttentionPool, kQwen25Heads, 2048, kv, 2, true, cold)
           ->UseRealTime()
           ->Unit(benchmark::kMicrosecond);
   }
