@@ -4,6 +4,7 @@
 # mean anything).
 #
 #   bench/compare-llama-cpp.sh [-t THREADS] [-r REPS] [-p N] [-n N] [-d DEPTH] [-b BUSY] [-k KV] [-o DIR] [MODEL.gguf ...]
+#   bench/compare-llama-cpp.sh -D DEPTHS [-t THREADS] [-r REPS] [-n N] [-k KV] [-o DIR] [MODEL.gguf ...]
 #
 # Without models it makes the five benchmark files of the speed issues, one Q4_K_M file per
 # newer family (Qwen3-0.6B, Gemma-3-1B, Phi-4-mini shapes) and the two mixtures of experts
@@ -26,14 +27,19 @@
 # default f16; q8_0 halves the bytes attention reads at depth); the raw outputs then carry it in their names.
 # npullm's roofline column: tg x weight bytes per token / the read bandwidth `npullm bench`
 # measured in the same run (cli/bandwidth.cpp).
+# -D DEPTHS (a comma list, e.g. 4096,16384,30000): long context only (issue 48). Per file, tg of N
+# tokens after 0 and each depth's tokens of context: llama.cpp with flash attention off and on (one
+# llama-bench run, -fa off,on; the ratio is taken against its faster), npullm from one `npullm bench
+# --depth 0,DEPTHS` (with its bytes-bound line, bench's bytes_line_tps). Without models: the
+# Qwen2.5-0.5B-shape Q8_0 file.
 # Results: DIR/compare-<date>.md (a table) and the raw outputs beside it.
 set -euo pipefail
 cd "$(dirname "$0")/.."
-threads=2 reps=3 n_prompt=512 n_gen=128 depth=1024 busy=0 kv=f16 dir=/tmp/npullm-bench
-while getopts "t:r:p:n:d:b:k:o:" opt; do
+threads=2 reps=3 n_prompt=512 n_gen=128 depth=1024 busy=0 kv=f16 dir=/tmp/npullm-bench depths=
+while getopts "t:r:p:n:d:b:k:o:D:" opt; do
   case $opt in
     t) threads=$OPTARG ;; r) reps=$OPTARG ;; p) n_prompt=$OPTARG ;; n) n_gen=$OPTARG ;; d) depth=$OPTARG ;;
-    b) busy=$OPTARG ;; k) kv=$OPTARG ;; o) dir=$OPTARG ;; *) exit 2 ;;
+    b) busy=$OPTARG ;; k) kv=$OPTARG ;; o) dir=$OPTARG ;; D) depths=$OPTARG ;; *) exit 2 ;;
   esac
 done
 shift $((OPTIND - 1))
@@ -64,7 +70,7 @@ build_noamx() {  # only once a native run has failed (CPUs without AMX never nee
 }
 
 models=("$@")
-if [ ${#models[@]} -eq 0 ]; then
+if [ ${#models[@]} -eq 0 ] && [ -z "$depths" ]; then
   for spec in "tinyllama-1.1b Q4_0" "tinyllama-1.1b Q8_0" "tinyllama-1.1b Q4_K_M" "qwen2.5-0.5b Q8_0" "qwen2.5-0.5b Q4_K_M" \
               "qwen3-0.6b Q4_K_M" "gemma-3-1b Q4_K_M" "phi-4-mini Q4_K_M" "qwen3-30b-a3b Q4_K_M" "gpt-oss-20b MXFP4_MOE"; do
     set -- $spec
@@ -108,6 +114,47 @@ npullm_json() {  # out.json, threads, npullm bench args...
 }
 field() { python3 -c 'import json,sys; d=json.load(open(sys.argv[1])); print(sys.argv[3] % eval(sys.argv[2], {}, {"d": d}))' "$@"; }  # file expr format
 
+if [ -n "$depths" ]; then
+  [ ${#models[@]} -gt 0 ] || models=("$dir/qwen2.5-0.5b-Q8_0.gguf")
+  for m in "${models[@]}"; do
+    [ -f "$m" ] || "$npullm" synth --preset qwen2.5-0.5b --type Q8_0 -o "$m" >/dev/null
+  done
+  out="$dir/compare-depth-$(date +%Y%m%d-%H%M%S).md"
+  {
+    echo "threads $threads, $reps repetitions, tg$n_gen after each depth, K/V $kv; $(nproc) cores, load $(cut -d' ' -f1-3 /proc/loadavg)"
+    echo "llama.cpp 80fb11a built with GGML_NATIVE=ON (* = its AVX-512 build without AMX); ratio: npullm / llama.cpp's faster"
+    echo
+    echo "| model | depth | llama.cpp fa off | llama.cpp fa on | npullm | ratio | npullm's bytes-bound line | npullm / line |"
+    echo "|---|---|---|---|---|---|---|---|"
+  } >"$out"
+  for m in "${models[@]}"; do
+    name=$(basename "$m" .gguf)
+    [ "$kv" = f16 ] || name+=".kv-$kv"
+    lj="$dir/$name.llama.depths.json" mark=""
+    if ! "$src/build-native/bin/llama-bench" -m "$m" -p 0 -n "$n_gen" -d "0,$depths" -fa off,on -ctk "$kv" -ctv "$kv" \
+        -t "$threads" -r "$reps" -o json >"$lj" 2>"$lj.err"; then
+      build_noamx
+      mark="*"
+      "$src/build-noamx/bin/llama-bench" -m "$m" -p 0 -n "$n_gen" -d "0,$depths" -fa off,on -ctk "$kv" -ctv "$kv" \
+        -t "$threads" -r "$reps" -o json >"$lj" 2>>"$lj.err"
+    fi
+    npullm_json "$dir/$name.npullm.depths.json" "$threads" -m "$m" -p 0 -n "$n_gen" --depth "0,$depths"
+    python3 - "$lj" "$dir/$name.npullm.depths.json" "$name" "$mark" >>"$out" <<'PY'
+import json, sys
+llama, ours, name, mark = json.load(open(sys.argv[1])), json.load(open(sys.argv[2])), sys.argv[3], sys.argv[4]
+tps = {(e["n_depth"], int(e["flash_attn"])): e["avg_ts"] for e in llama}
+for d in ours["tg_depths"]:
+    depth = d["depth"]
+    off, on = tps[(depth, 0)], tps[(depth, 1)]
+    line = d.get("bytes_line_tps")
+    tail = f"{line:.1f} | {100 * d['tps_mean'] / line:.0f} %" if line else "- | -"
+    print(f"| {name} | {depth} | {off:.1f}{mark} | {on:.1f}{mark} | {d['tps_mean']:.1f} | {d['tps_mean'] / max(off, on):.2f} | {tail} |")
+PY
+  done
+  cat "$out"
+  echo "table: $out"
+  exit 0
+fi
 out="$dir/compare-$(date +%Y%m%d-%H%M%S).md"
 {
   echo "threads $threads, $reps repetitions, pp$n_prompt / tg$n_gen, depth $depth, busy $busy, K/V $kv; $(nproc) cores, load $(cut -d' ' -f1-3 /proc/loadavg)"
