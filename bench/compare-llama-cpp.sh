@@ -95,17 +95,23 @@ stop_busy() {
 }
 trap stop_busy EXIT
 
-# llama-bench with the native build, else (marked) the no-AMX one: prints "t/s mark".
-llama_tps() {  # out.json, llama-bench args...
+# llama-bench with the native build, else the no-AMX one, its JSON into OUT: prints the mark ("" or "*").
+llama_run() {  # out.json, llama-bench args...
   local out=$1
   shift
   if "$src/build-native/bin/llama-bench" "$@" -ctk "$kv" -ctv "$kv" -t "$threads" -r "$reps" -o json >"$out" 2>"$out.err"; then
-    python3 -c 'import json,sys; print("%.1f" % json.load(open(sys.argv[1]))[0]["avg_ts"], "")' "$out"
+    echo ""
   else
-    build_noamx
+    build_noamx >&2
     "$src/build-noamx/bin/llama-bench" "$@" -ctk "$kv" -ctv "$kv" -t "$threads" -r "$reps" -o json >"$out" 2>>"$out.err"
-    python3 -c 'import json,sys; print("%.1f" % json.load(open(sys.argv[1]))[0]["avg_ts"], "*")' "$out"
+    echo "*"
   fi
+}
+# One test's rate: prints "t/s mark".
+llama_tps() {  # out.json, llama-bench args...
+  local mark
+  mark=$(llama_run "$@")
+  python3 -c 'import json,sys; print("%.1f" % json.load(open(sys.argv[1]))[0]["avg_ts"], sys.argv[2])' "$1" "$mark"
 }
 npullm_json() {  # out.json, threads, npullm bench args...
   local out=$1 t=$2
@@ -130,14 +136,8 @@ if [ -n "$depths" ]; then
   for m in "${models[@]}"; do
     name=$(basename "$m" .gguf)
     [ "$kv" = f16 ] || name+=".kv-$kv"
-    lj="$dir/$name.llama.depths.json" mark=""
-    if ! "$src/build-native/bin/llama-bench" -m "$m" -p 0 -n "$n_gen" -d "0,$depths" -fa off,on -ctk "$kv" -ctv "$kv" \
-        -t "$threads" -r "$reps" -o json >"$lj" 2>"$lj.err"; then
-      build_noamx
-      mark="*"
-      "$src/build-noamx/bin/llama-bench" -m "$m" -p 0 -n "$n_gen" -d "0,$depths" -fa off,on -ctk "$kv" -ctv "$kv" \
-        -t "$threads" -r "$reps" -o json >"$lj" 2>>"$lj.err"
-    fi
+    lj="$dir/$name.llama.depths.json"
+    mark=$(llama_run "$lj" -m "$m" -p 0 -n "$n_gen" -d "0,$depths" -fa off,on)
     npullm_json "$dir/$name.npullm.depths.json" "$threads" -m "$m" -p 0 -n "$n_gen" --depth "0,$depths"
     python3 - "$lj" "$dir/$name.npullm.depths.json" "$name" "$mark" >>"$out" <<'PY'
 import json, sys
