@@ -111,6 +111,8 @@ TEST(AttentionSplit, DeviceGivesTheBitsOfOneThread) {
       {1, 8, 1, 256, 2600, 2600, GgmlType::Q8_0, {}},                      // Gemma 3's one K/V head
       {3, 8, 2, 64, 2100, 6400, GgmlType::F16, {0, 4000, 6000}},          // a batch, the last window outside
       {2, 4, 4, 64, 2304, 2304, GgmlType::F32, {0, 0, 0, 512}, 2},         // a ring visited from row 512
+      {1, 32, 4, 64, 2600, 2600, GgmlType::Q8_0, {}},                      // TinyLlama's four groups of 8
+      {2, 16, 2, 128, 2304, 2304, GgmlType::F16, {0, 0, 0, 700}, 2},       // groups of 8 over a ring
   };
   uint32_t seed = 4100;
   for (const Case& c : cases) {

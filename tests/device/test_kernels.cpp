@@ -1058,8 +1058,11 @@ TEST_P(KernelIsa, AttentionSinksJoinTheSoftmaxOverEveryBlock) {
 // ring visited from row 48, and sinks.
 TEST_P(KernelIsa, AttentionSplitOverKeysGivesTheBitsOfOneThread) {
   struct Shape { int64_t H, Hkv, hd, C; };
-  const Shape shapes[] = {{14, 2, 64, 1300}, {4, 4, 64, 700}, {12, 1, 32, 900}, {8, 1, 256, 600}, {10, 2, 96, 820}};
-  const std::vector<float> sinks = {-3.0f, 0.0f, 1.5f, 4.0f, -20.0f, 2.0f, 0.5f, 6.0f, 1.0f, -1.0f, 0.25f, 3.0f, 2.5f, -0.5f};
+  // (40 heads in 8 groups of 5: more than the AVX-512 path takes together, kAttnGroupsHeads.)
+  const Shape shapes[] = {{14, 2, 64, 1300}, {4, 4, 64, 700}, {12, 1, 32, 900}, {8, 1, 256, 600}, {10, 2, 96, 820},
+                          {40, 8, 64, 600}};
+  std::vector<float> sinks = {-3.0f, 0.0f, 1.5f, 4.0f, -20.0f, 2.0f, 0.5f, 6.0f, 1.0f, -1.0f, 0.25f, 3.0f, 2.5f, -0.5f};
+  for (size_t h = sinks.size(); h < 40; ++h) sinks.push_back(sinks[h % 14] - 0.5f * static_cast<float>(h / 14));  // one a head
   uint32_t seed = 88000;
   for (const Shape& sh : shapes)
     for (GgmlType kt : kKvTypesForRing)

@@ -113,6 +113,19 @@ struct Avx512Ops {
       return false;
   }
 
+  // A part of a query's attention split over keys holding all its runs, every group one run (false:
+  // not a case it takes).
+  template <GgmlType T>
+  static bool attention_groups(const float* q, const uint8_t* k, const uint8_t* v, const float* mrow, int64_t H,
+                               int64_t Hkv, int64_t hd, int64_t C, int64_t rot, float scale, const AttnSpan& sp,
+                               int64_t b0, int64_t b1, float* partials, int64_t pstride) {
+    if constexpr (T == GgmlType::F16 || T == GgmlType::Q8_0)
+      return attention_groups_dispatch<Avx512Ops, T>(q, k, v, mrow, H, Hkv, hd, C, rot, scale, sp, b0, b1, partials,
+                                                     pstride);
+    else
+      return false;
+  }
+
   template <GgmlType T>
   static V load_w_tail(const uint8_t* row, int64_t k, int n) {
     if constexpr (T == GgmlType::F32) {

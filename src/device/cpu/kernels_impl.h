@@ -884,6 +884,12 @@ void attention_part_impl(const AttentionQuery& a, int64_t run0, int64_t run1, in
   // A part of every run reads whole K/V rows: its first run fetches them, the others nothing.
   const bool whole_rows = run0 == 0 && run1 == a.Hkv * attn_runs_per_group(a.H / a.Hkv);
   attn_with_kv_types(a.k_type, a.v_type, [&]<GgmlType KT, GgmlType VT>() {
+    // An ISA may take every group of the part together, tile by tile, with the same bits
+    // (kernels_avx512_attention.h: attention_groups).
+    if constexpr (KT == VT && requires { &Ops::template attention_groups<KT>; })
+      if (whole_rows && Ops::template attention_groups<KT>(a.q, kb, vb, a.mrow, a.H, a.Hkv, a.hd, a.C, a.rot, a.scale, sp,
+                                                           b0, b1, partials, stride))
+        return;
     for (int64_t b = b0; b < b1; ++b)
       for (int64_t i = run0; i < run1; ++i) {
         const AttnRun r = attn_run(i, a.H, a.Hkv);
