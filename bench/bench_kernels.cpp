@@ -23,6 +23,10 @@
 //                             ([Hkv, C, hd], one group at a time) instead of the cache's [C, Hkv,
 //                             hd]: what that layout would be worth.
 // PoolStage/<threads>         an empty stage of the worker pool: its synchronisation cost.
+// Fma/<threads>               512-bit fma a second on each thread (items_per_second: all threads
+//                             together), 12 independent chains: the arithmetic ceiling the
+//                             attention and verify kernels are compared with, as Read is the
+//                             memory's (AVX-512 machines only).
 // PrefillIsa/<isa>/<type>/M/K/N/<threads>  the same on a forced path (avx512 = VNNI, amx), x
 //                             quantised up front as the device does: paths side by side in one run.
 // Matmuls are split over N in chunks like the CPU device does (threads * 4 chunks, multiples of
@@ -101,6 +105,35 @@ void BM_Read(benchmark::State& st, int threads) {
   }
   benchmark::DoNotOptimize(sink);
   st.SetBytesProcessed(static_cast<int64_t>(st.iterations()) * static_cast<int64_t>(n));
+}
+
+// ---- fma ceiling -----------------------------------------------------------------------------
+
+// 12 independent chains, more than the fma latency (4) times the pipes (2) needs; 96 fma a loop.
+__attribute__((target("avx512f"))) float fma_chains(int64_t loops) {
+  __m512 a[12];
+  for (int i = 0; i < 12; ++i) a[i] = _mm512_set1_ps(1.0f + static_cast<float>(i) * 1e-7f);
+  const __m512 m = _mm512_set1_ps(0.9999999f), c = _mm512_set1_ps(1e-7f);
+  for (int64_t l = 0; l < loops; ++l)
+    for (int r = 0; r < 8; ++r)
+#pragma GCC unroll 12
+      for (int i = 0; i < 12; ++i) a[i] = _mm512_fmadd_ps(a[i], m, c);
+  float s = 0.0f;
+  for (int i = 0; i < 12; ++i) s += _mm512_reduce_add_ps(a[i]);
+  return s;
+}
+
+void BM_Fma(benchmark::State& st, int threads) {
+  if (!__builtin_cpu_supports("avx512f")) {
+    st.SkipWithError("no AVX-512 on this CPU");
+    return;
+  }
+  constexpr int64_t kLoops = 1 << 20;  // 96 Mi fma a thread a call
+  cpu::WorkerPool pool(threads);
+  std::vector<float> sinks(static_cast<size_t>(threads));  // one a worker: keeps the chains
+  for (auto _ : st) pool.run(threads, [&](int64_t, int w) { sinks[static_cast<size_t>(w)] += fma_chains(kLoops); });
+  benchmark::DoNotOptimize(sinks.data());
+  st.SetItemsProcessed(static_cast<int64_t>(st.iterations()) * threads * kLoops * 96);
 }
 
 // ---- weights ---------------------------------------------------------------------------------
@@ -435,6 +468,7 @@ int main(int argc, char** argv) {
   }
   for (int threads : {1, 2}) {
     benchmark::RegisterBenchmark(("Read/" + std::to_string(threads)).c_str(), BM_Read, threads)->UseRealTime();
+    benchmark::RegisterBenchmark(("Fma/" + std::to_string(threads)).c_str(), BM_Fma, threads)->UseRealTime();
     benchmark::RegisterBenchmark(("PoolStage/" + std::to_string(threads)).c_str(), BM_PoolStage, threads)
         ->UseRealTime()
         ->Unit(benchmark::kMicrosecond);
