@@ -155,6 +155,34 @@ inline __m512 attn_reduce16(const float* lvl1) {
   return _mm512_permutexvar_ps(order, z);
 }
 
+// Keys [t0, t1) of the block one at a time into acc, vectors [D0, D0 + ND) of NH heads (scores,
+// inv, live: those heads'; head j's key t at j * kAttnBlock + t - tb): a key of weight 0 adds nothing,
+// and a key no head sees is not read.
+template <class Head, int NH, int D0, int ND>
+inline void attn_value_keys(const uint8_t* vg, int64_t stride, int64_t C, int64_t rot, int64_t t0, int64_t t1, int64_t tb,
+                            const float* scores, const float* inv, const bool* live, __m512 (&acc)[NH][ND]) {
+  for (int64_t t = t0; t < t1; ++t) {
+    const int64_t row = attn_row(t, rot, C);
+    float p[NH];
+    bool any = false;
+#pragma GCC unroll 16
+    for (int j = 0; j < NH; ++j) {
+      p[j] = live[j] ? scores[j * kAttnBlock + t - tb] : 0.0f;
+      any = any || p[j] != 0.0f;
+    }
+    if (!any) continue;
+    __m512 vv[ND];
+    Head::template widen<D0, ND>(vg + row * stride, vv);
+#pragma GCC unroll 16
+    for (int j = 0; j < NH; ++j) {
+      if (p[j] == 0.0f) continue;
+      const __m512 pv = _mm512_set1_ps(p[j] * inv[j]);
+#pragma GCC unroll 16
+      for (int i = 0; i < ND; ++i) acc[j][i] = _mm512_fmadd_ps(vv[i], pv, acc[j][i]);
+    }
+  }
+}
+
 // Heads [J0, J0 + NH) of the group, value vectors [D0, D0 + ND) of HD: out_j = sum_t p_jt v_t over
 // the block's keys [tb, te) in order (scores: the block's, head j's key t at j * kAttnBlock + t - tb),
 // accumulators in registers across the keys.
@@ -211,26 +239,7 @@ inline void attn_value_pass(const uint8_t* vg, int64_t stride, int64_t C, int64_
     }
     // Key by key: a key of weight 0 adds nothing (and a key no head sees is not read).
     const int64_t t1 = t0 + kAttnTile < te ? t0 + kAttnTile : te;
-    for (int64_t t = t0; t < t1; ++t) {
-      const int64_t row = attn_row(t, rot, C);
-      float p[NH];
-      bool any = false;
-#pragma GCC unroll 16
-      for (int j = 0; j < NH; ++j) {
-        p[j] = live[J0 + j] ? scores[(J0 + j) * kAttnBlock + t - tb] : 0.0f;
-        any = any || p[j] != 0.0f;
-      }
-      if (!any) continue;
-      __m512 vv[ND];
-      Head::template widen<D0, ND>(vg + row * stride, vv);
-#pragma GCC unroll 16
-      for (int j = 0; j < NH; ++j) {
-        if (p[j] == 0.0f) continue;
-        const __m512 pv = _mm512_set1_ps(p[j] * inv[J0 + j]);
-#pragma GCC unroll 16
-        for (int i = 0; i < ND; ++i) acc[j][i] = _mm512_fmadd_ps(vv[i], pv, acc[j][i]);
-      }
-    }
+    attn_value_keys<Head, NH, D0, ND>(vg, stride, C, rot, t0, t1, tb, scores + J0 * kAttnBlock, inv + J0, live + J0, acc);
   }
 #pragma GCC unroll 16
   for (int j = 0; j < NH; ++j)
@@ -434,26 +443,7 @@ inline void attn_value_tile(const uint8_t* vg, int64_t stride, int64_t C, int64_
       }
     }
   } else {
-    for (int64_t t = t0; t < t1; ++t) {
-      const int64_t row = attn_row(t, rot, C);
-      float p[N];
-      bool any = false;
-#pragma GCC unroll 16
-      for (int j = 0; j < N; ++j) {
-        p[j] = live[j] ? scores[j * kAttnBlock + t - tb] : 0.0f;
-        any = any || p[j] != 0.0f;
-      }
-      if (!any) continue;
-      __m512 vv[ND];
-      Head::template widen<D0, ND>(vg + row * stride, vv);
-#pragma GCC unroll 16
-      for (int j = 0; j < N; ++j) {
-        if (p[j] == 0.0f) continue;
-        const __m512 pv = _mm512_set1_ps(p[j] * inv[j]);
-#pragma GCC unroll 16
-        for (int i = 0; i < ND; ++i) acc[j][i] = _mm512_fmadd_ps(vv[i], pv, acc[j][i]);
-      }
-    }
+    attn_value_keys<Head, N, D0, ND>(vg, stride, C, rot, t0, t1, tb, scores, inv, live, acc);
   }
 #pragma GCC unroll 16
   for (int j = 0; j < N; ++j)
