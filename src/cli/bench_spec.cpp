@@ -4,11 +4,16 @@
 //   verify_cost_ratio  r(K) = t_verify(K+1 rows) / t_decode(1 row), medians of interleaved steps at
 //                      the same depth (half of each capacity; every step rolled back, so the depth
 //                      stays), per capacity and per verify blob size; the headline is the smallest
-//                      capacity's, for K + 1 rows
+//                      capacity's, for K + 1 rows. verify_cost_ratio_run: the same at the depth
+//                      the generation's steps had on average (the prompt and half the reply),
+//                      which the predictions below use: a verify step's attention (K + 1 query
+//                      rows) grows with depth faster than a decode step's, so r does too, and r
+//                      at half of a capacity far above the reply overstated the runs' costs
 //   draft_cost_ratio   c = t_decode of the draft model / t_decode of the model (--spec draft)
 //   tg_tps, tg_tps_off decode tokens/s of the same greedy generation (-n tokens from the prompt)
-//                      with speculation and without (medians of -r runs; the pipeline's decode
-//                      time: verify steps, guessing and decode steps, not the prompt's prefill)
+//                      with speculation and without (medians of -r runs each, the two kinds
+//                      alternated; the pipeline's decode time: verify steps, guessing and decode
+//                      steps, not the prompt's prefill)
 //   acceptance         accepted guesses / guesses; accepted_per_verify: accepted / verify steps
 //   predicted_speedup  what the run's own steps cost by r and c, in decode steps: each verify
 //                      step of k guesses r of the blob that holds k + 1 rows, each of the draft
@@ -28,6 +33,7 @@
 #include <fstream>
 #include <memory>
 #include <nlohmann/json.hpp>
+#include <optional>
 #include <random>
 #include <sstream>
 
@@ -94,6 +100,7 @@ StepTimes time_steps(npuw::LlmRuntime& rt, int64_t depth, const std::vector<int6
 
 struct GenFigures {
   double tps = 0;  // median decode tokens/s
+  double tps_off = 0;  // median decode tokens/s of the runs without speculation between them (run_gen's `off`)
   double acceptance = 0, accepted_per_verify = 0, mean_k = 0;
   int64_t drafted = 0, accepted = 0, verify_steps = 0, generated = 0;
   int64_t prediction_accepted = 0, prediction_rejected = 0, draft_steps = 0;
@@ -101,11 +108,15 @@ struct GenFigures {
   bool same_ids = true;  // every run's ids equal to `expect` (when given)
 };
 
+// reps runs of g; with `off`, each after a run of off (off, g, off, g, ...): on a shared machine the
+// speed drifts over tens of seconds, and a ratio of two medians taken a minute apart drifted with
+// it (TinyLlama at 2 threads: an off median of 53.9 t/s beside 75 in the minutes before).
 GenFigures run_gen(LLMPipeline& pipe, const std::string& prompt, const GenerationConfig& g, int64_t reps,
-                   const std::vector<int32_t>* expect = nullptr) {
-  std::vector<double> tps;
+                   const std::vector<int32_t>* expect = nullptr, const GenerationConfig* off = nullptr) {
+  std::vector<double> tps, tps_off;
   GenFigures f;
   for (int64_t r = 0; r < reps; ++r) {
+    if (off) tps_off.push_back(pipe.generate(prompt, *off).metrics.decode_tps);
     const GenerationResult res = pipe.generate(prompt, g);
     if (expect && res.ids != *expect) f.same_ids = false;
     f.prediction_accepted += res.metrics.prediction_accepted;
@@ -121,6 +132,7 @@ GenFigures run_gen(LLMPipeline& pipe, const std::string& prompt, const Generatio
     f.generated += res.metrics.generated_tokens;
   }
   f.tps = median(tps);
+  f.tps_off = median(tps_off);
   f.acceptance = f.drafted > 0 ? static_cast<double>(f.accepted) / static_cast<double>(f.drafted) : 0.0;
   f.accepted_per_verify = f.verify_steps > 0 ? static_cast<double>(f.accepted) / static_cast<double>(f.verify_steps) : 0.0;
   f.mean_k = f.verify_steps > 0 ? static_cast<double>(f.drafted) / static_cast<double>(f.verify_steps) : 0.0;
@@ -158,7 +170,6 @@ int bench_spec(const std::string& model, const SpecBenchOptions& so, const npuw:
   // r(K) per capacity and verify size; c for a draft model.
   nlohmann::json by_capacity = nlohmann::json::array();
   double r_k = 0;  // the smallest capacity's, for the blob that holds K + 1 rows
-  std::vector<double> r_by_size;  // the smallest capacity's, by verify blob size
   std::vector<int64_t> sizes;
   double draft_cost = 0;
   {
@@ -171,10 +182,7 @@ int bench_spec(const std::string& model, const SpecBenchOptions& so, const npuw:
       nlohmann::json ratios = nlohmann::json::object();
       for (size_t s = 0; s < sizes.size(); ++s) ratios[std::to_string(sizes[s] - 1)] = t.verify_s[s] / t.decode_s;
       by_capacity.push_back({{"capacity", cap}, {"depth", depth}, {"decode_ms", t.decode_s * 1e3}, {"r_by_k", ratios}});
-      if (r_k == 0) {
-        r_k = t.verify_s[k_blob] / t.decode_s;
-        for (double v : t.verify_s) r_by_size.push_back(v / t.decode_s);
-      }
+      if (r_k == 0) r_k = t.verify_s[k_blob] / t.decode_s;
     }
     if (so.mode == "draft") {
       npuw::RuntimeConfig dc = rc;
@@ -185,13 +193,16 @@ int bench_spec(const std::string& model, const SpecBenchOptions& so, const npuw:
     }
   }
 
-  LLMPipeline pipe(model, pc);
+  // (Destroyed before r is timed at the runs' depth: a second runtime would hold a second copy of
+  // the weights.)
+  std::optional<LLMPipeline> pipe_holder(std::in_place, model, pc);
+  LLMPipeline& pipe = *pipe_holder;
+  const std::string description = pipe.description();
   const std::string prompt = so.prompt;
   GenerationConfig off;
   off.max_new_tokens = so.n_gen;
   off.ignore_eos = true;
   pipe.generate(prompt, off);  // warm-up
-  const GenFigures f_off = run_gen(pipe, prompt, off, so.repetitions);
   const GenerationResult reference = pipe.generate(prompt, off);
 
   GenerationConfig on = off;
@@ -237,25 +248,49 @@ int bench_spec(const std::string& model, const SpecBenchOptions& so, const npuw:
         }
         return out;
       };
-      const GenFigures f = run_gen(pipe, prompt, on, so.repetitions);
+      const GenFigures f = run_gen(pipe, prompt, on, so.repetitions, nullptr, &off);
       const double drawn = right->second > 0 ? static_cast<double>(right->first) / static_cast<double>(right->second) : a;
       oracle.push_back({{"alpha", a}, {"alpha_drawn", drawn}, {"acceptance", f.acceptance}, {"accepted_per_verify", f.accepted_per_verify},
-                        {"tg_tps", f.tps}, {"speedup", f.tps / f_off.tps}, {"predicted_speedup", expected_speedup(a, static_cast<double>(so.k), r_k, 0.0)},
-                        {"predicted_speedup_drawn", expected_speedup(drawn, static_cast<double>(so.k), r_k, 0.0)}});
+                        {"tg_tps", f.tps}, {"tg_tps_off", f.tps_off}, {"speedup", f.tps / f.tps_off}});  // (predictions: below, by r at the runs' depth)
       f_on = f;
     }
   } else {
     on.speculative.mode = so.mode == "draft" ? SpecMode::Draft : SpecMode::Lookup;
-    f_on = run_gen(pipe, prompt, on, so.repetitions, &reference.ids);
+    f_on = run_gen(pipe, prompt, on, so.repetitions, &reference.ids, &off);
   }
-  // What the steps the run took cost by r and c: each verify step of k guesses costs r of the blob
-  // that holds k + 1 rows, each draft decode step c, each other step one decode step.
+  // r at the depth the runs' steps had on average, each blob size (verify_cost_ratio_run).
+  int64_t run_depth = static_cast<int64_t>(reference.context_ids.size()) + so.n_gen / 2;
+  pipe_holder.reset();
+  double r_k_run = 0, run_decode_ms = 0;
+  std::vector<double> r_by_size_run;
+  nlohmann::json r_run_by_k = nlohmann::json::object();
+  {
+    npuw::LlmRuntime rt(model, rc);
+    const int64_t room = rt.variants().back() - (sizes.empty() ? 1 : sizes.back());  // the largest verify must fit
+    run_depth = std::max<int64_t>(0, std::min(run_depth, room));
+    const StepTimes t = time_steps(rt, run_depth, sizes, 16, rng);
+    run_decode_ms = t.decode_s * 1e3;
+    for (size_t s = 0; s < sizes.size(); ++s) {
+      r_by_size_run.push_back(t.verify_s[s] / t.decode_s);
+      r_run_by_k[std::to_string(sizes[s] - 1)] = r_by_size_run.back();
+      if (r_k_run == 0 && sizes[s] >= so.k + 1) r_k_run = r_by_size_run.back();
+    }
+    if (r_k_run == 0 && !r_by_size_run.empty()) r_k_run = r_by_size_run.back();
+  }
+  for (auto& o : oracle) {
+    o["predicted_speedup"] = expected_speedup(o["alpha"].get<double>(), static_cast<double>(so.k), r_k_run, 0.0);
+    o["predicted_speedup_drawn"] = expected_speedup(o["alpha_drawn"].get<double>(), static_cast<double>(so.k), r_k_run, 0.0);
+  }
+
+  // What the steps the run took cost by r (at the runs' depth) and c: each verify step of k guesses
+  // costs r of the blob that holds k + 1 rows, each draft decode step c, each other step one decode
+  // step.
   double predicted = 1.0;
   if (f_on.verify_steps > 0) {
     double verify = 0;
     for (size_t k = 1; k < f_on.steps_by_guesses.size(); ++k) {
       const auto blob = std::find_if(sizes.begin(), sizes.end(), [&](int64_t s) { return s >= static_cast<int64_t>(k) + 1; });
-      verify += static_cast<double>(f_on.steps_by_guesses[k]) * (blob == sizes.end() ? r_k : r_by_size[static_cast<size_t>(blob - sizes.begin())]);
+      verify += static_cast<double>(f_on.steps_by_guesses[k]) * (blob == sizes.end() ? r_k_run : r_by_size_run[static_cast<size_t>(blob - sizes.begin())]);
     }
     const double decodes = std::max(0.0, static_cast<double>(f_on.generated - f_on.verify_steps - f_on.accepted));
     const double draft = so.mode == "draft" ? draft_cost * static_cast<double>(f_on.draft_steps) : 0.0;
@@ -267,6 +302,7 @@ int bench_spec(const std::string& model, const SpecBenchOptions& so, const npuw:
                          {"adaptive", !so.fixed_k && so.mode != "oracle"},
                          {"verify_cost_ratio", r_k},
                          {"verify_cost_ratio_by_capacity", by_capacity},
+                         {"verify_cost_ratio_run", {{"depth", run_depth}, {"decode_ms", run_decode_ms}, {"r", r_k_run}, {"r_by_k", r_run_by_k}}},
                          {"accepted_per_verify", f_on.accepted_per_verify},
                          {"tokens_per_verify", f_on.verify_steps > 0 ? 1.0 + f_on.accepted_per_verify : 0.0},
                          {"acceptance", f_on.acceptance},
@@ -275,8 +311,8 @@ int bench_spec(const std::string& model, const SpecBenchOptions& so, const npuw:
                          {"accepted", f_on.accepted},
                          {"verify_steps", f_on.verify_steps},
                          {"tg_tps", f_on.tps},
-                         {"tg_tps_off", f_off.tps},
-                         {"speedup", f_off.tps > 0 ? f_on.tps / f_off.tps : 0.0},
+                         {"tg_tps_off", f_on.tps_off},
+                         {"speedup", f_on.tps_off > 0 ? f_on.tps / f_on.tps_off : 0.0},
                          {"predicted_speedup", predicted},
                          {"prediction_accepted", f_on.prediction_accepted},
                          {"draft_steps", f_on.draft_steps},
@@ -289,10 +325,10 @@ int bench_spec(const std::string& model, const SpecBenchOptions& so, const npuw:
   if (so.edit >= 0) spec["prediction_edit"] = {{"fraction", so.edit}, {"tokens_changed", edited}, {"tokens", reference.ids.size()}};
   if (!oracle.empty()) spec["oracle"] = oracle;
   if (so.json) {
-    fmt::print("{}\n", nlohmann::json{{"model", model}, {"device", pipe.description()}, {"spec", spec}}.dump());
+    fmt::print("{}\n", nlohmann::json{{"model", model}, {"device", description}, {"spec", spec}}.dump());
     return 0;
   }
-  fmt::print("model {} | {}\n", model, pipe.description());
+  fmt::print("model {} | {}\n", model, description);
   fmt::print("verify cost r(K) = t_verify(K+1) / t_decode(1), at half of each capacity:\n");
   for (const auto& c : by_capacity) {
     std::string parts;
@@ -300,6 +336,12 @@ int bench_spec(const std::string& model, const SpecBenchOptions& so, const npuw:
       parts += fmt::format("{}r({}) {:.2f}", parts.empty() ? "" : ", ", it.key(), it.value().get<double>());
     fmt::print("  capacity {:>5} (depth {:>4}, decode {:.2f} ms): {}\n", c["capacity"].get<int64_t>(), c["depth"].get<int64_t>(),
                c["decode_ms"].get<double>(), parts);
+  }
+  {
+    std::string parts;
+    for (auto it = r_run_by_k.begin(); it != r_run_by_k.end(); ++it)
+      parts += fmt::format("{}r({}) {:.2f}", parts.empty() ? "" : ", ", it.key(), it.value().get<double>());
+    fmt::print("  at the runs' mean depth {} (decode {:.2f} ms): {}; the predictions below use these\n", run_depth, run_decode_ms, parts);
   }
   if (so.mode == "draft") fmt::print("draft model cost c = {:.3f} of a decode step per guess\n", draft_cost);
   for (const auto& o : oracle)
@@ -310,8 +352,8 @@ int bench_spec(const std::string& model, const SpecBenchOptions& so, const npuw:
                o["predicted_speedup_drawn"].get<double>());
   fmt::print("{} K {}: acceptance {:.3f} ({} of {} guesses), {:.2f} accepted per verify step (mean K {:.2f}); tg {:.1f} t/s against "
              "{:.1f} off: {:.2f}x (predicted from r, c and the acceptance: {:.2f}x)\n",
-             so.mode, so.k, f_on.acceptance, f_on.accepted, f_on.drafted, f_on.accepted_per_verify, f_on.mean_k, f_on.tps, f_off.tps,
-             f_off.tps > 0 ? f_on.tps / f_off.tps : 0.0, predicted);
+             so.mode, so.k, f_on.acceptance, f_on.accepted, f_on.drafted, f_on.accepted_per_verify, f_on.mean_k, f_on.tps, f_on.tps_off,
+             f_on.tps_off > 0 ? f_on.tps / f_on.tps_off : 0.0, predicted);
   if (!on.speculative.prediction.empty() || !on.speculative.prediction_ids.empty())
     fmt::print("prediction{}: {} guesses accepted, {} rejected\n",
                so.edit >= 0 ? fmt::format(" (the greedy reply, {} of its {} tokens changed)", edited, reference.ids.size()) : "",

@@ -59,6 +59,13 @@ TEST(SpecCli, BenchSpecReportsVerifyCostAcceptanceAndSpeed) {
   EXPECT_EQ(j["oracle"][0]["acceptance"].get<double>(), 0.0);  // alpha 0: every guess wrong
   EXPECT_EQ(j["oracle"][1]["acceptance"].get<double>(), 1.0);  // alpha 1: every guess right
   EXPECT_EQ(j["verify_cost_ratio_by_capacity"].size(), 2u);
+  // r again at the runs' own mean depth (the prompt and half of the 24 tokens), which the
+  // predictions use; the formula's prediction at a = 1 is (K + 1) / r(K).
+  const nlohmann::json& run = j["verify_cost_ratio_run"];
+  EXPECT_GE(run["depth"].get<int64_t>(), 12);
+  EXPECT_LT(run["depth"].get<int64_t>(), 64);
+  EXPECT_GT(run["r"].get<double>(), 0.0);
+  EXPECT_NEAR(j["oracle"][1]["predicted_speedup"].get<double>(), 4.0 / run["r"].get<double>(), 1e-9);
 }
 
 }  // namespace
