@@ -466,6 +466,13 @@ int main(int argc, char** argv) {
           ->UseRealTime()
           ->Unit(benchmark::kMicrosecond);
   }
+  // TinyLlama's four groups of 8 at 1,024 keys (issue 48's 95 % line): the split over keys against
+  // the split by heads (two groups a thread), from memory.
+  for (bool by_keys : {false, true})
+    benchmark::RegisterBenchmark(("AttentionBy" + std::string(by_keys ? "Keys" : "Heads") + "/TinyLlama/F16/1024/2").c_str(),
+                                 BM_AttentionPool, kTinyLlamaHeads, 1024, GgmlType::F16, 2, by_keys, true)
+        ->UseRealTime()
+        ->Unit(benchmark::kMicrosecond);
   for (int threads : {1, 2}) {
     benchmark::RegisterBenchmark(("Read/" + std::to_string(threads)).c_str(), BM_Read, threads)->UseRealTime();
     benchmark::RegisterBenchmark(("Fma/" + std::to_string(threads)).c_str(), BM_Fma, threads)->UseRealTime();

@@ -63,7 +63,8 @@ void AttentionSplit::reserve(int64_t floats) {
 }
 
 bool AttentionSplit::plan(const TaskDesc& t, int threads) {
-  // NPULLM_ATTENTION_SPLIT=0 keeps every attention split by heads (to measure the split against it).
+  // NPULLM_ATTENTION_SPLIT=0 keeps every attention split by heads (to measure the split against it);
+  // =2 splits over keys even where the heads share out more evenly (to measure that rule, below).
   static const char* mode = std::getenv("NPULLM_ATTENTION_SPLIT");
   if (mode && std::strcmp(mode, "0") == 0) return false;
   const int64_t need = partial_floats(t);
@@ -88,7 +89,22 @@ bool AttentionSplit::plan(const TaskDesc& t, int threads) {
     const int64_t parts = std::min(by_share, nb / kMinPartBlocks);
     part_start_[static_cast<size_t>(s) + 1] = part_start_[static_cast<size_t>(s)] + std::max<int64_t>(nb > 0 ? 1 : 0, parts);
   }
-  return parts() >= threads;
+  if (parts() < threads) return false;
+  // One query whose heads share out evenly and whose blocks do not stays split by heads: TinyLlama's
+  // four groups at 1,025-1,280 keys are 5 blocks, parts of 2 and 3 on two threads, and the thread
+  // with 3 set the stage's time. Attention a step at depth 1,024 (bench --depth 32,1024, interleaved
+  // steps): over keys 1.72-1.73 ms against 1.38-1.45 by heads (=0, two groups a thread), two runs
+  // each; later, on a noisier minute, this rule against =2, alternated: 1.72 / 1.79 / 1.87 ms
+  // against 1.91 / 2.00 / 2.00.
+  const bool keys_anyway = mode && std::strcmp(mode, "2") == 0;
+  if (queries_ == 1 && !keys_anyway) {
+    const int64_t nb = blocks_[0], n = parts();
+    const double even = static_cast<double>(nb) / threads;
+    const double by_keys = std::max(static_cast<double>((nb + n - 1) / n), even) / even;
+    const double by_heads = static_cast<double>((runs_ + threads - 1) / threads * threads) / static_cast<double>(runs_);
+    if (by_keys > 1.1 * by_heads) return false;
+  }
+  return true;
 }
 
 void AttentionSplit::run_part(const TaskDesc& t, int64_t item, float* work) {
