@@ -330,19 +330,22 @@ int bench_spec(const std::string& model, const SpecBenchOptions& so, const npuw:
   }
   fmt::print("model {} | {}\n", model, description);
   fmt::print("verify cost r(K) = t_verify(K+1) / t_decode(1), at half of each capacity:\n");
-  for (const auto& c : by_capacity) {
+  // r(K) by K ascending (the JSON object's keys sort as text: "15" before "3").
+  auto r_list = [&](const nlohmann::json& by_k) {
     std::string parts;
-    for (auto it = c["r_by_k"].begin(); it != c["r_by_k"].end(); ++it)
-      parts += fmt::format("{}r({}) {:.2f}", parts.empty() ? "" : ", ", it.key(), it.value().get<double>());
+    for (int64_t size : sizes) {
+      const std::string k = std::to_string(size - 1);
+      if (by_k.contains(k)) parts += fmt::format("{}r({}) {:.2f}", parts.empty() ? "" : ", ", k, by_k[k].get<double>());
+    }
+    return parts;
+  };
+  for (const auto& c : by_capacity) {
+    const std::string parts = r_list(c["r_by_k"]);
     fmt::print("  capacity {:>5} (depth {:>4}, decode {:.2f} ms): {}\n", c["capacity"].get<int64_t>(), c["depth"].get<int64_t>(),
                c["decode_ms"].get<double>(), parts);
   }
-  {
-    std::string parts;
-    for (auto it = r_run_by_k.begin(); it != r_run_by_k.end(); ++it)
-      parts += fmt::format("{}r({}) {:.2f}", parts.empty() ? "" : ", ", it.key(), it.value().get<double>());
-    fmt::print("  at the runs' mean depth {} (decode {:.2f} ms): {}; the predictions below use these\n", run_depth, run_decode_ms, parts);
-  }
+  fmt::print("  at the runs' mean depth {} (decode {:.2f} ms): {}; the predictions below use these\n", run_depth, run_decode_ms,
+             r_list(r_run_by_k));
   if (so.mode == "draft") fmt::print("draft model cost c = {:.3f} of a decode step per guess\n", draft_cost);
   for (const auto& o : oracle)
     fmt::print("oracle alpha {:.2f} (drawn {:.3f}): acceptance {:.3f}, {:.2f} accepted per verify, tg {:.1f} t/s, speed-up {:.2f}x "
