@@ -129,22 +129,23 @@ TEST(AttentionSplit, DeviceGivesTheBitsOfOneThread) {
 }
 
 // A decode query whose keys fall in few blocks that two threads cannot share evenly stays split by
-// heads when its heads share out evenly (attention_split.cpp): 1,100 keys are 5 blocks (parts of 2
-// and 3), TinyLlama's four groups two a thread. 1,024 keys (4 blocks) split over keys as before.
-// Either way the same bits.
+// heads when its heads share out evenly, two runs a thread or more (attention_split.cpp): 1,100 keys
+// are 5 blocks (parts of 2 and 3), TinyLlama's four groups two a thread. 1,024 keys (4 blocks), and
+// Qwen2.5's two groups at 1,100 keys (one a thread), split over keys. Either way the same bits.
 TEST(AttentionSplit, FewBlocksThatShareUnevenlyStaySplitByHeads) {
   const Case cases[] = {
       {1, 32, 4, 64, 1100, 1100, GgmlType::F16, {}},
       {1, 32, 4, 64, 1024, 1024, GgmlType::F16, {}},
+      {1, 14, 2, 64, 1100, 1100, GgmlType::F16, {}},
   };
   uint32_t seed = 5200;
   for (const Case& c : cases) {
-    SCOPED_TRACE("C=" + std::to_string(c.C));
+    SCOPED_TRACE("H=" + std::to_string(c.H) + " C=" + std::to_string(c.C));
     Data d = make_data(c, seed += 10);
     const std::vector<float> want = run_kernel(c, d);
     int64_t split = -1;
     const std::vector<float> got = run_device(c, d, 2, &split);
-    EXPECT_EQ(split, c.C == 1024 ? 1 : 0);
+    EXPECT_EQ(split, c.C == 1024 || c.Hkv == 2 ? 1 : 0);
     for (size_t i = 0; i < want.size(); ++i) ASSERT_TRUE(same_bits(want[i], got[i])) << "element " << i;
   }
 }

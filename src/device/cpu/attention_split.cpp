@@ -90,14 +90,16 @@ bool AttentionSplit::plan(const TaskDesc& t, int threads) {
     part_start_[static_cast<size_t>(s) + 1] = part_start_[static_cast<size_t>(s)] + std::max<int64_t>(nb > 0 ? 1 : 0, parts);
   }
   if (parts() < threads) return false;
-  // One query whose heads share out evenly and whose blocks do not stays split by heads: TinyLlama's
-  // four groups at 1,025-1,280 keys are 5 blocks, parts of 2 and 3 on two threads, and the thread
-  // with 3 set the stage's time. Attention a step at depth 1,024 (bench --depth 32,1024, interleaved
-  // steps): over keys 1.72-1.73 ms against 1.38-1.45 by heads (=0, two groups a thread), two runs
-  // each; later, on a noisier minute, this rule against =2, alternated: 1.72 / 1.79 / 1.87 ms
-  // against 1.91 / 2.00 / 2.00.
+  // One query whose heads share out evenly, two runs a thread or more, and whose blocks do not stays
+  // split by heads: TinyLlama's four groups at 1,025-1,280 keys are 5 blocks, parts of 2 and 3 on two
+  // threads, and the thread with 3 set the stage's time. Attention a step at depth 1,024 (bench
+  // --depth 32,1024, interleaved steps): over keys 1.72-1.73 ms against 1.38-1.45 by heads (=0, two
+  // groups a thread), two runs each; later, on a noisier minute, this rule against =2, alternated:
+  // 1.72 / 1.79 / 1.87 ms against 1.91 / 2.00 / 2.00. With one run a thread (Qwen2.5's two groups)
+  // each thread reads a strided half of every row, and the split over keys stays ahead even so: at
+  // 1,100 keys 0.70 / 0.73 ms against 0.87 / 0.99 by heads.
   const bool keys_anyway = mode && std::strcmp(mode, "2") == 0;
-  if (queries_ == 1 && !keys_anyway) {
+  if (queries_ == 1 && runs_ >= 2 * threads && !keys_anyway) {
     const int64_t nb = blocks_[0], n = parts();
     const double even = static_cast<double>(nb) / threads;
     const double by_keys = std::max(static_cast<double>((nb + n - 1) / n), even) / even;
