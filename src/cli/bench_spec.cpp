@@ -68,6 +68,13 @@ std::string read_text(const std::string& path) {
 struct StepTimes {
   double decode_s = 0;
   std::vector<double> verify_s;  // by verify size
+
+  double r(size_t s) const { return verify_s[s] / decode_s; }  // r of verify size s
+  nlohmann::json r_by_k(const std::vector<int64_t>& sizes) const {  // {"K": r}, K = size - 1
+    nlohmann::json out = nlohmann::json::object();
+    for (size_t s = 0; s < sizes.size(); ++s) out[std::to_string(sizes[s] - 1)] = r(s);
+    return out;
+  }
 };
 StepTimes time_steps(npuw::LlmRuntime& rt, int64_t depth, const std::vector<int64_t>& sizes, int steps, std::mt19937& rng) {
   const int64_t V = rt.n_vocab();
@@ -171,18 +178,17 @@ int bench_spec(const std::string& model, const SpecBenchOptions& so, const npuw:
   nlohmann::json by_capacity = nlohmann::json::array();
   double r_k = 0;  // the smallest capacity's, for the blob that holds K + 1 rows
   std::vector<int64_t> sizes;
+  size_t k_blob = 0;  // the verify size that holds K + 1 rows (the sizes above end with one)
   double draft_cost = 0;
   {
     npuw::LlmRuntime rt(model, rc);
     sizes = rt.config().verify_sizes;
-    const size_t k_blob = static_cast<size_t>(std::find_if(sizes.begin(), sizes.end(), [&](int64_t s) { return s >= so.k + 1; }) - sizes.begin());
+    k_blob = static_cast<size_t>(std::find_if(sizes.begin(), sizes.end(), [&](int64_t s) { return s >= so.k + 1; }) - sizes.begin());
     for (int64_t cap : rt.variants()) {
       const int64_t depth = std::max<int64_t>(0, cap / 2 - sizes.back());
       const StepTimes t = time_steps(rt, depth, sizes, 16, rng);
-      nlohmann::json ratios = nlohmann::json::object();
-      for (size_t s = 0; s < sizes.size(); ++s) ratios[std::to_string(sizes[s] - 1)] = t.verify_s[s] / t.decode_s;
-      by_capacity.push_back({{"capacity", cap}, {"depth", depth}, {"decode_ms", t.decode_s * 1e3}, {"r_by_k", ratios}});
-      if (r_k == 0) r_k = t.verify_s[k_blob] / t.decode_s;
+      by_capacity.push_back({{"capacity", cap}, {"depth", depth}, {"decode_ms", t.decode_s * 1e3}, {"r_by_k", t.r_by_k(sizes)}});
+      if (r_k == 0) r_k = t.r(k_blob);
     }
     if (so.mode == "draft") {
       npuw::RuntimeConfig dc = rc;
@@ -261,22 +267,14 @@ int bench_spec(const std::string& model, const SpecBenchOptions& so, const npuw:
   // r at the depth the runs' steps had on average, each blob size (verify_cost_ratio_run).
   int64_t run_depth = static_cast<int64_t>(reference.context_ids.size()) + so.n_gen / 2;
   pipe_holder.reset();
-  double r_k_run = 0, run_decode_ms = 0;
-  std::vector<double> r_by_size_run;
-  nlohmann::json r_run_by_k = nlohmann::json::object();
+  StepTimes run_t;
   {
     npuw::LlmRuntime rt(model, rc);
-    const int64_t room = rt.variants().back() - (sizes.empty() ? 1 : sizes.back());  // the largest verify must fit
-    run_depth = std::max<int64_t>(0, std::min(run_depth, room));
-    const StepTimes t = time_steps(rt, run_depth, sizes, 16, rng);
-    run_decode_ms = t.decode_s * 1e3;
-    for (size_t s = 0; s < sizes.size(); ++s) {
-      r_by_size_run.push_back(t.verify_s[s] / t.decode_s);
-      r_run_by_k[std::to_string(sizes[s] - 1)] = r_by_size_run.back();
-      if (r_k_run == 0 && sizes[s] >= so.k + 1) r_k_run = r_by_size_run.back();
-    }
-    if (r_k_run == 0 && !r_by_size_run.empty()) r_k_run = r_by_size_run.back();
+    run_depth = std::max<int64_t>(0, std::min(run_depth, rt.variants().back() - sizes.back()));  // the largest verify must fit
+    run_t = time_steps(rt, run_depth, sizes, 16, rng);
   }
+  const double r_k_run = run_t.r(k_blob);
+  const nlohmann::json r_run_by_k = run_t.r_by_k(sizes);
   for (auto& o : oracle) {
     o["predicted_speedup"] = expected_speedup(o["alpha"].get<double>(), static_cast<double>(so.k), r_k_run, 0.0);
     o["predicted_speedup_drawn"] = expected_speedup(o["alpha_drawn"].get<double>(), static_cast<double>(so.k), r_k_run, 0.0);
@@ -290,7 +288,7 @@ int bench_spec(const std::string& model, const SpecBenchOptions& so, const npuw:
     double verify = 0;
     for (size_t k = 1; k < f_on.steps_by_guesses.size(); ++k) {
       const auto blob = std::find_if(sizes.begin(), sizes.end(), [&](int64_t s) { return s >= static_cast<int64_t>(k) + 1; });
-      verify += static_cast<double>(f_on.steps_by_guesses[k]) * (blob == sizes.end() ? r_k_run : r_by_size_run[static_cast<size_t>(blob - sizes.begin())]);
+      verify += static_cast<double>(f_on.steps_by_guesses[k]) * (blob == sizes.end() ? r_k_run : run_t.r(static_cast<size_t>(blob - sizes.begin())));
     }
     const double decodes = std::max(0.0, static_cast<double>(f_on.generated - f_on.verify_steps - f_on.accepted));
     const double draft = so.mode == "draft" ? draft_cost * static_cast<double>(f_on.draft_steps) : 0.0;
@@ -302,7 +300,7 @@ int bench_spec(const std::string& model, const SpecBenchOptions& so, const npuw:
                          {"adaptive", !so.fixed_k && so.mode != "oracle"},
                          {"verify_cost_ratio", r_k},
                          {"verify_cost_ratio_by_capacity", by_capacity},
-                         {"verify_cost_ratio_run", {{"depth", run_depth}, {"decode_ms", run_decode_ms}, {"r", r_k_run}, {"r_by_k", r_run_by_k}}},
+                         {"verify_cost_ratio_run", {{"depth", run_depth}, {"decode_ms", run_t.decode_s * 1e3}, {"r", r_k_run}, {"r_by_k", r_run_by_k}}},
                          {"accepted_per_verify", f_on.accepted_per_verify},
                          {"tokens_per_verify", f_on.verify_steps > 0 ? 1.0 + f_on.accepted_per_verify : 0.0},
                          {"acceptance", f_on.acceptance},
@@ -344,7 +342,7 @@ int bench_spec(const std::string& model, const SpecBenchOptions& so, const npuw:
     fmt::print("  capacity {:>5} (depth {:>4}, decode {:.2f} ms): {}\n", c["capacity"].get<int64_t>(), c["depth"].get<int64_t>(),
                c["decode_ms"].get<double>(), parts);
   }
-  fmt::print("  at the runs' mean depth {} (decode {:.2f} ms): {}; the predictions below use these\n", run_depth, run_decode_ms,
+  fmt::print("  at the runs' mean depth {} (decode {:.2f} ms): {}; the predictions below use these\n", run_depth, run_t.decode_s * 1e3,
              r_list(r_run_by_k));
   if (so.mode == "draft") fmt::print("draft model cost c = {:.3f} of a decode step per guess\n", draft_cost);
   for (const auto& o : oracle)

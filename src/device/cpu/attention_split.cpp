@@ -65,8 +65,10 @@ void AttentionSplit::reserve(int64_t floats) {
 bool AttentionSplit::plan(const TaskDesc& t, int threads) {
   // NPULLM_ATTENTION_SPLIT=0 keeps every attention split by heads (to measure the split against it);
   // =2 splits over keys even where the heads share out more evenly (to measure that rule, below).
-  static const char* mode = std::getenv("NPULLM_ATTENTION_SPLIT");
-  if (mode && std::strcmp(mode, "0") == 0) return false;
+  static const char* const mode = std::getenv("NPULLM_ATTENTION_SPLIT");
+  static const bool by_heads_only = mode && std::strcmp(mode, "0") == 0;
+  static const bool keys_anyway = mode && std::strcmp(mode, "2") == 0;
+  if (by_heads_only) return false;
   const int64_t need = partial_floats(t);
   if (threads < 2 || need == 0 || need > static_cast<int64_t>(partials_.size())) return false;
   queries_ = t.dim[0];
@@ -98,7 +100,6 @@ bool AttentionSplit::plan(const TaskDesc& t, int threads) {
   // 1.72 / 1.79 / 1.87 ms against 1.91 / 2.00 / 2.00. With one run a thread (Qwen2.5's two groups)
   // each thread reads a strided half of every row, and the split over keys stays ahead even so: at
   // 1,100 keys 0.70 / 0.73 ms against 0.87 / 0.99 by heads.
-  const bool keys_anyway = mode && std::strcmp(mode, "2") == 0;
   if (queries_ == 1 && runs_ >= 2 * threads && !keys_anyway) {
     const int64_t nb = blocks_[0], n = parts();
     const double even = static_cast<double>(nb) / threads;
